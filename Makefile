@@ -1,0 +1,38 @@
+# herdscope: `make demo` and `make test` are all a fresh Debian machine with Python needs.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.herdscope-installed
+DEMO_CAPTURE ?= samples/demo.pcap
+
+.PHONY: setup demo test test-all bench samples clean
+
+$(STAMP): pyproject.toml
+	@if ! $(PYTHON) -c 'import venv, ensurepip' 2>/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing python3-venv (Debian's Python ships venv separately)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv; \
+	  else echo "herdscope needs Python's venv module: sudo apt-get install python3-venv" >&2; exit 1; fi; \
+	fi
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(BIN)/herdscope info $(DEMO_CAPTURE)
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+# Also the slow tests (large generated captures).
+test-all: setup
+	$(BIN)/python -m pytest -q -m 'not real_samples'
+
+bench: setup
+	$(BIN)/python tests/benchmarks/bench.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis .bench
+	find analyzer detectors dashboards tests -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,6 @@
+"""``python -m analyzer`` runs the herdscope command."""
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,260 @@
+"""Reading a capture file into frames: the driver around the record walkers and header decoder.
+
+The file is walked in chunks of at most ``chunk_records`` records; each chunk's arrays become Polars
+columns without copying, so memory is the memory map plus the frames plus one chunk of scratch.
+"""
+from __future__ import annotations
+
+import struct
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from . import columns, linktypes
+from .errors import UnreadableCapture
+from .formats import PCAP_FILE_HEADER_LEN, FileFormat, detect
+from .kernels import records as rk
+from .kernels.details import ICMP_ERROR_TYPES, ICMPV6_ERROR_TYPES, icmp_quotes, sack_blocks
+from .kernels.headers import LINKTYPE_NOT_PACKET, allocate_headers, decode_headers
+from .kernels.intern import AddressTable
+from .schema import (ICMP_ERROR_COLUMNS, INTERFACE_COLUMNS, PACKET_COLUMNS, TCP_SACK_COLUMNS,
+                     ParseStatus, Present)
+from .source import CaptureBytes, open_bytes
+
+DEFAULT_CHUNK_RECORDS = 1 << 20
+PROGRESS_MIN_BYTES = 64 << 20  # show a progress bar for files at least this big (on a terminal)
+_ADDRESS_NULL = np.uint32(0xFFFFFFFF)
+
+
+@dataclass
+class ReadReport:
+    """What reading the file found besides packets: the damage, the skips and the events."""
+
+    format: str
+    records: int = 0
+    stop: str = "end of file"  # why reading ended
+    stop_offset: int | None = None  # file offset where damage stopped reading (None at clean EOF)
+    bytes_not_read: int = 0
+    counts: dict[str, int] = field(default_factory=dict)  # records.COUNT_NAMES → n (nonzero only)
+    parse_status: dict[str, int] = field(default_factory=dict)  # ParseStatus name → packets
+    gzip: bool = False
+    gzip_truncated: bool = False  # the gzip stream ended early; what came before it was read
+
+    @property
+    def skipped_records(self) -> int:
+        """Packet records seen in the file that have no row (plus one for a cut-short last record)."""
+        skipped = sum(self.counts.get(rk.COUNT_NAMES[k], 0) for k in rk.SKIPPED_PACKET_COUNTS)
+        return skipped + (1 if self.stop_offset is not None else 0)
+
+    @property
+    def clean(self) -> bool:
+        return self.stop_offset is None and self.skipped_records == 0
+
+
+def _shb_options(buf: np.ndarray, big_endian: bool) -> dict[str, str]:
+    """Text options of the first Section Header Block (hardware, OS, application)."""
+    order = ">" if big_endian else "<"
+    if len(buf) < 28:
+        return {}
+    blen = struct.unpack(order + "I", bytes(buf[4:8]))[0]
+    names = {2: "hardware", 3: "os", 4: "application", 1: "comment"}
+    return _text_options(buf, 24, min(blen - 4, len(buf)), order, names)
+
+
+def _text_options(buf, start, end, order, names) -> dict[str, str]:
+    found = {}
+    pos = start
+    while pos + 4 <= end:
+        code, length = struct.unpack(order + "HH", bytes(buf[pos:pos + 4]))
+        if code == 0 or pos + 4 + length > end:
+            break
+        if code in names and names[code] not in found:
+            found[names[code]] = bytes(buf[pos + 4:pos + 4 + length]).decode("utf-8", "replace").rstrip("\0")
+        pos += 4 + ((length + 3) & ~3)
+    return found
+
+
+def _interfaces_frame(fmt: FileFormat, buf, ifaces, n_ifaces: int) -> pl.DataFrame:
+    if fmt.kind == "pcap":
+        arrays = {"iface": np.zeros(1, np.uint16), "section": np.zeros(1, np.uint16),
+                  "linktype": np.array([fmt.linktype], np.int32), "snaplen": np.array([fmt.snaplen], np.uint32),
+                  "ts_resolution_ns": np.array([1.0 if fmt.nanosecond else 1000.0]),
+                  "ts_offset_s": np.zeros(1, np.int64), "name": [None]}
+    else:
+        n = n_ifaces
+        exp = ifaces.ts_exp[:n].astype(np.float64)
+        resolution = np.where(ifaces.ts_pow2[:n] == 1, 1e9 / np.power(2.0, exp), np.power(10.0, 9 - exp))
+        arrays = {"iface": np.arange(n, dtype=np.uint16), "section": ifaces.section[:n].copy(),
+                  "linktype": ifaces.linktype[:n].copy(), "snaplen": ifaces.snaplen[:n].copy(),
+                  "ts_resolution_ns": resolution, "ts_offset_s": ifaces.ts_offset_s[:n].copy()}
+        names = []
+        for k in range(n):
+            off = int(ifaces.block_off[k])
+            order = ">" if ifaces.big_endian[k] else "<"
+            blen = struct.unpack(order + "I", bytes(buf[off + 4:off + 8]))[0]
+            opts = _text_options(buf, off + 16, off + blen - 4, order, {2: "name", 3: "description"})
+            names.append(opts.get("name") or opts.get("description"))
+        arrays["name"] = names
+    arrays["linktype_name"] = [linktypes.name(int(v)) for v in arrays["linktype"]]
+    return columns.frame(INTERFACE_COLUMNS, arrays)
+
+
+class _Progress:
+    """A rich progress bar over bytes, only on a terminal and only for big files."""
+
+    def __init__(self, total_bytes: int, label: str, enabled: bool | None):
+        if enabled is None:
+            enabled = sys.stderr.isatty() and total_bytes >= PROGRESS_MIN_BYTES
+        self.bar = None
+        if enabled:
+            from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+            self.bar = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                                TimeRemainingColumn(), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task(label, total=total_bytes)
+
+    def update(self, done_bytes: int) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, completed=done_bytes)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+@dataclass
+class PacketTables:
+    packets: pl.DataFrame
+    tcp_sack: pl.DataFrame
+    icmp_errors: pl.DataFrame
+    interfaces: pl.DataFrame
+    report: ReadReport
+    format: FileFormat
+    section_info: dict[str, str]
+
+
+def _chunk_frames(data: CaptureBytes, recs, n, first_frame, linktype_of, addresses: AddressTable):
+    buf = data.buf
+    hdr = allocate_headers(n)
+    decode_headers(buf, recs, n, linktype_of, hdr)
+    src_ids = addresses.intern(hdr.src_hi, hdr.src_lo, hdr.family, n)
+    dst_ids = addresses.intern(hdr.dst_hi, hdr.dst_lo, hdr.family, n)
+    frame_no = np.arange(first_frame, first_frame + n, dtype=np.uint32)
+    arrays = {name: getattr(hdr, name) for name in hdr._fields}
+    arrays.update(frame=frame_no, ts_ns=recs.ts_ns[:n], iface=recs.iface[:n], caplen=recs.caplen[:n],
+                  wirelen=recs.wirelen[:n], src=src_ids, dst=dst_ids)
+    present = hdr.present
+    # Addresses stay integer ids here; they become an Enum once every chunk is read.
+    packets = columns.frame(PACKET_COLUMNS, arrays, present)
+
+    record_end = recs.data_off[:n] + recs.caplen[:n].astype(np.int64)
+    with_sack = np.flatnonzero(hdr.sack_blocks > 0)
+    n_sack = int(hdr.sack_blocks[with_sack].sum())
+    sack = {c.name: np.empty(n_sack, c.dtype) for c in TCP_SACK_COLUMNS}
+    if n_sack:
+        hdr_start = hdr.payload_offset[with_sack] - hdr.l4_hdr_len[with_sack].astype(np.int64)
+        hdr_end = np.minimum(hdr.payload_offset[with_sack], record_end[with_sack])
+        written = sack_blocks(buf, hdr_start, hdr_end, frame_no[with_sack], sack["frame"], sack["block"],
+                              sack["left"], sack["right"])
+        sack = {k: v[:written] for k, v in sack.items()}
+    sack_frame = columns.frame(TCP_SACK_COLUMNS, sack)
+
+    is_icmp = (present & int(Present.ICMP)) != 0
+    is_error = is_icmp & (((hdr.ip_proto == 1) & np.isin(hdr.icmp_type, ICMP_ERROR_TYPES))
+                          | ((hdr.ip_proto == 58) & np.isin(hdr.icmp_type, ICMPV6_ERROR_TYPES)))
+    err = np.flatnonzero(is_error)
+    m = len(err)
+    q_hi, q_lo, q_fam = np.zeros(2 * m, np.uint64), np.zeros(2 * m, np.uint64), np.zeros(2 * m, np.uint8)
+    q = {"inner_proto": np.zeros(m, np.uint8), "inner_sport": np.zeros(m, np.uint16),
+         "inner_dport": np.zeros(m, np.uint16)}
+    if m:
+        icmp_quotes(buf, hdr.payload_offset[err], record_end[err], q_hi, q_lo, q_fam,
+                    q["inner_proto"], q["inner_sport"], q["inner_dport"])
+    q_ids = addresses.intern(q_hi, q_lo, q_fam, 2 * m)
+    q.update(frame=frame_no[err], icmp_type=hdr.icmp_type[err], icmp_code=hdr.icmp_code[err],
+             inner_src=q_ids[0::2].copy(), inner_dst=q_ids[1::2].copy())
+    icmp_frame = columns.frame(ICMP_ERROR_COLUMNS, q, None)
+    icmp_frame = icmp_frame.with_columns(
+        pl.when(pl.col(c) != _ADDRESS_NULL).then(pl.col(c)).alias(c) for c in ("inner_src", "inner_dst"))
+    return packets, sack_frame, icmp_frame
+
+
+def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: bool | None = None,
+                data: CaptureBytes | None = None) -> tuple[CaptureBytes, PacketTables]:
+    """Read every record of ``path``. Raises :class:`UnreadableCapture` when the file is not a capture
+    at all; damage inside a capture is reported in the returned :class:`ReadReport`."""
+    data = data or open_bytes(path)
+    buf = data.buf
+    fmt = detect(bytes(buf[:PCAP_FILE_HEADER_LEN]))
+    if fmt is None:
+        head = bytes(buf[:4])
+        data.close()
+        if not head:
+            raise UnreadableCapture(f"{data.path}: empty file")
+        raise UnreadableCapture(f"{data.path}: not a pcap or pcapng capture (starts with {head.hex(' ')})")
+    report = ReadReport(format=fmt.description, gzip=data.compressed, gzip_truncated=not data.gzip_complete)
+    counts = np.zeros(rk.N_COUNTS, np.int64)
+    state = rk.new_state(fmt.big_endian)
+    ifaces = rk.allocate_interfaces()
+    addresses = AddressTable()
+    size = len(buf)
+    # A record is at least 16 bytes (pcap header) / 16 (smallest SPB): no chunk needs more rows.
+    capacity = max(1, min(chunk_records, size // 16 + 1))
+    off = PCAP_FILE_HEADER_LEN if fmt.kind == "pcap" else 0
+    pieces: list[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]] = []
+    next_frame = 1
+    bar = _Progress(size, "reading", progress)
+    try:
+        while True:
+            recs = rk.allocate_records(capacity)
+            if fmt.kind == "pcap":
+                n, off, stop = rk.walk_pcap(buf, off, fmt.big_endian, fmt.nanosecond, fmt.record_header_len,
+                                            fmt.snaplen, recs, state, counts)
+                linktype_of = np.full(n, fmt.linktype, np.int32)
+            else:
+                n, off, stop = rk.walk_pcapng(buf, off, recs, ifaces, state, counts)
+                linktype_of = ifaces.linktype[recs.iface[:n]]
+                linktype_of[recs.kind[:n] != rk.KIND_PACKET] = LINKTYPE_NOT_PACKET
+            if n:
+                if n < capacity // 2:  # don't keep a mostly empty chunk's allocation alive
+                    recs = rk.RecordColumns(*(a[:n].copy() for a in recs))
+                pieces.append(_chunk_frames(data, recs, n, next_frame, linktype_of, addresses))
+                next_frame += n
+            bar.update(off)
+            if stop != rk.STOP_FULL:
+                break
+    finally:
+        bar.close()
+
+    report.records = next_frame - 1
+    if stop != rk.STOP_EOF:
+        report.stop = rk.STOP_MESSAGES[stop]
+        report.stop_offset = int(off)
+        report.bytes_not_read = int(size - off)
+    report.counts = {name: int(v) for name, v in zip(rk.COUNT_NAMES, counts) if v}
+
+    texts = addresses.texts()
+    address_enum = pl.Enum(texts)
+    if pieces:
+        packets = pl.concat([p[0] for p in pieces], rechunk=False)
+        sack = pl.concat([p[1] for p in pieces], rechunk=False)
+        icmp = pl.concat([p[2] for p in pieces], rechunk=False)
+    else:
+        packets = columns.empty(PACKET_COLUMNS)
+        sack = columns.empty(TCP_SACK_COLUMNS)
+        icmp = columns.empty(ICMP_ERROR_COLUMNS)
+    packets = packets.with_columns(columns.enum_from_codes(packets[c], address_enum).alias(c)
+                                   for c in ("src", "dst"))
+    icmp = icmp.with_columns(columns.enum_from_codes(icmp[c], address_enum).alias(c)
+                             for c in ("inner_src", "inner_dst"))
+    status_counts = packets["parse_status"].value_counts()
+    report.parse_status = {str(k): int(v) for k, v in status_counts.iter_rows() if v}
+    section = _shb_options(buf, fmt.big_endian) if fmt.kind == "pcapng" else {}
+    interfaces = _interfaces_frame(fmt, buf, ifaces, int(state[rk.ST_N_IFACES]))
+    tables = PacketTables(packets, sack, icmp, interfaces, report, fmt, section)
+    return data, tables
+
+
+__all__ = ["read_tables", "ReadReport", "PacketTables", "ParseStatus"]

@@ -1,0 +1,159 @@
+"""Frame schemas: every column of every frame herdscope produces, with a one-line description.
+
+A schema is a table, in the spirit of dpkt's ``__hdr__``: the Numba kernels allocate their output
+arrays from it, the ingest driver turns those arrays into Polars columns with it, and ``herdscope
+export`` and the README document the frames from it. A column is *present when* a bit of the packet's
+``present`` mask is set (see :class:`Present`); where the bit is clear the value is null, the way
+Wireshark leaves a field empty when the layer is absent.
+
+Conventions: times are Int64 nanoseconds since the Unix epoch (UTC) in columns named ``*_ns``;
+durations are Int64 nanoseconds; frame numbers are Wireshark's 1-based numbering within one file;
+addresses are Polars ``Enum`` columns whose categories are the textual address (IPv6 in RFC 5952 form,
+as Wireshark prints it), so they cost 4 bytes a packet and still read as text.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum, IntFlag
+
+import numpy as np
+import polars as pl
+
+
+class Present(IntFlag):
+    """Bits of the per-packet ``present`` mask: which layers and options a packet carried."""
+
+    IP = 1 << 0  # an IPv4 or IPv6 header was decoded
+    L4 = 1 << 1  # a TCP, UDP or ICMP header was decoded (ports/type present)
+    TCP = 1 << 2
+    UDP = 1 << 3
+    ICMP = 1 << 4  # ICMP or ICMPv6
+    VLAN = 1 << 5  # at least one 802.1Q/802.1ad tag
+    MSS = 1 << 6
+    WSCALE = 1 << 7
+    SACK_PERM = 1 << 8
+    TSOPT = 1 << 9  # TCP timestamps option
+    PAYLOAD = 1 << 10  # payload_offset/payload_len are meaningful (transport or IP payload located)
+    FRAG = 1 << 11  # IPv4 or IPv6 fragmentation fields present (a fragment)
+
+
+class ParseStatus(IntEnum):
+    """How far the header decoder got with a packet. Every record has a row whatever its status."""
+
+    OK = 0  # decoded down to the transport header (or IP payload for other protocols)
+    NOT_IP = 1  # a link-layer frame that carries no IP (ARP, LLDP, STP ...): nothing to do
+    UNSUPPORTED_LINKTYPE = 2  # link type herdscope does not decode (counted, reported)
+    TRUNCATED_L2 = 3  # caplen shorter than the link-layer header
+    TRUNCATED_L3 = 4  # IP header cut by the snapshot length
+    TRUNCATED_L4 = 5  # TCP/UDP/ICMP header cut by the snapshot length
+    BAD_L3 = 6  # malformed IP header (bad version, IHL < 5, total length < header)
+    BAD_L4 = 7  # malformed transport header (TCP data offset < 5, UDP length < 8)
+    FRAGMENT = 8  # a non-first IP fragment: no transport header in this packet
+    IP_OTHER = 9  # IP with a protocol herdscope does not parse further (GRE, ESP, SCTP ...)
+    NOT_PACKET = 10  # a pcapng custom block or systemd journal entry: a frame in Wireshark, no packet
+
+
+PARSE_STATUS_NAMES = [s.name.lower() for s in ParseStatus]
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    dtype: type  # numpy dtype of the kernel's array
+    description: str
+    present: Present | None = None  # null unless this bit is set; None = always present
+    polars: pl.DataType | None = None  # overrides the Polars type derived from dtype
+
+
+def _col(name, dtype, description, present=None, polars=None):
+    return Column(name, dtype, description, present, polars)
+
+
+# The packets frame: one row per record, in file order.  Order here is column order.
+PACKET_COLUMNS: tuple[Column, ...] = (
+    _col("frame", np.uint32, "Wireshark's frame number: 1-based record index in the file"),
+    _col("ts_ns", np.int64, "capture timestamp, ns since the Unix epoch (UTC), interface offset applied"),
+    _col("iface", np.uint16, "interface index (pcapng: global across sections; pcap: 0)"),
+    _col("caplen", np.uint32, "bytes captured for this record"),
+    _col("wirelen", np.uint32, "bytes on the wire (original length)"),
+    _col("parse_status", np.uint8, "how far header decoding got (ParseStatus name)",
+         polars=pl.Enum(PARSE_STATUS_NAMES)),
+    _col("vlan", np.uint16, "innermost 802.1Q/802.1ad VLAN id", Present.VLAN),
+    _col("ethertype", np.uint16, "network-layer protocol: EtherType (0x0800 IPv4, 0x86dd IPv6, ...)"),
+    _col("src", np.uint32, "source IP address (text; IPv6 first-class)", Present.IP),
+    _col("dst", np.uint32, "destination IP address (text)", Present.IP),
+    _col("ip_proto", np.uint8, "IP protocol / IPv6 upper-layer next header (6 TCP, 17 UDP, 1 ICMP, 58 ICMPv6)",
+         Present.IP),
+    _col("ttl", np.uint8, "IPv4 TTL or IPv6 hop limit", Present.IP),
+    _col("ip_id", np.uint32, "IPv4 identification, or IPv6 fragment-header identification", Present.IP),
+    _col("frag_offset", np.uint16, "fragment offset in bytes (0 for first fragments and whole datagrams)",
+         Present.IP),
+    _col("ip_flags", np.uint8, "bit 0: more fragments (MF/M); bit 1: don't fragment (IPv4 DF)", Present.IP),
+    _col("sport", np.uint16, "TCP/UDP source port", Present.L4),
+    _col("dport", np.uint16, "TCP/UDP destination port", Present.L4),
+    _col("tcp_flags", np.uint16, "TCP flags, 12 bits as Wireshark's tcp.flags: FIN 0x01 SYN 0x02 RST 0x04 "
+         "PSH 0x08 ACK 0x10 URG 0x20 ECE 0x40 CWR 0x80 AE(NS) 0x100, reserved 0xE00", Present.TCP),
+    _col("seq", np.uint32, "TCP sequence number (absolute, as on the wire)", Present.TCP),
+    _col("ack", np.uint32, "TCP acknowledgment number (absolute)", Present.TCP),
+    _col("window", np.uint16, "TCP window field, unscaled", Present.TCP),
+    _col("mss", np.uint16, "TCP MSS option value", Present.MSS),
+    _col("wscale", np.uint8, "TCP window-scale option shift count", Present.WSCALE),
+    _col("sack_perm", np.bool_, "TCP SACK-permitted option seen", Present.TCP),
+    _col("sack_blocks", np.uint8, "number of TCP SACK blocks (the blocks are in the tcp_sack frame)",
+         Present.TCP),
+    _col("ts_val", np.uint32, "TCP timestamps option TSval", Present.TSOPT),
+    _col("ts_ecr", np.uint32, "TCP timestamps option TSecr", Present.TSOPT),
+    _col("icmp_type", np.uint8, "ICMP/ICMPv6 type", Present.ICMP),
+    _col("icmp_code", np.uint8, "ICMP/ICMPv6 code", Present.ICMP),
+    _col("l4_hdr_len", np.uint8, "transport header length in bytes (TCP data offset x 4, UDP/ICMP 8)",
+         Present.L4),
+    _col("payload_offset", np.int64, "file offset of the transport payload (IP payload when no transport "
+         "header) in the capture buffer", Present.PAYLOAD),
+    _col("payload_len", np.uint32, "payload bytes this packet carries per its IP/UDP length fields "
+         "(Wireshark's tcp.len for TCP); may exceed what was captured", Present.PAYLOAD),
+)
+
+# Columns the kernel fills that never reach the frame (used to derive validity).
+PACKET_SCRATCH = ("present",)
+
+TCP_SACK_COLUMNS: tuple[Column, ...] = (
+    _col("frame", np.uint32, "frame number of the segment carrying the SACK option"),
+    _col("block", np.uint8, "index of the block within the option (0-based)"),
+    _col("left", np.uint32, "left edge of the SACK block (absolute sequence number)"),
+    _col("right", np.uint32, "right edge of the SACK block (absolute sequence number, exclusive)"),
+)
+
+ICMP_ERROR_COLUMNS: tuple[Column, ...] = (
+    _col("frame", np.uint32, "frame number of the ICMP/ICMPv6 error message"),
+    _col("icmp_type", np.uint8, "ICMP type (3 unreachable, 11 time exceeded, ...; ICMPv6 1-4)"),
+    _col("icmp_code", np.uint8, "ICMP code (e.g. 3 port unreachable)"),
+    _col("inner_src", np.uint32, "source address of the datagram that caused the error"),
+    _col("inner_dst", np.uint32, "destination address of the datagram that caused the error"),
+    _col("inner_proto", np.uint8, "IP protocol of the quoted datagram"),
+    _col("inner_sport", np.uint16, "source port of the quoted datagram (0 when not TCP/UDP or cut)"),
+    _col("inner_dport", np.uint16, "destination port of the quoted datagram (0 when not TCP/UDP or cut)"),
+)
+
+INTERFACE_COLUMNS: tuple[Column, ...] = (
+    _col("iface", np.uint16, "interface index, as in packets.iface"),
+    _col("section", np.uint16, "pcapng section number (0-based; 0 for pcap)"),
+    _col("linktype", np.int32, "LINKTYPE_ value of the interface"),
+    _col("snaplen", np.uint32, "snapshot length (0 = unlimited)"),
+    _col("ts_resolution_ns", np.float64, "timestamp resolution of the interface, ns per tick"),
+    _col("ts_offset_s", np.int64, "if_tsoffset: seconds added to every timestamp"),
+    _col("name", object, "if_name (or if_description) of the interface, when the file gives one",
+         polars=pl.String),
+    _col("linktype_name", object, "name of the link type, as capinfos prints it", polars=pl.String),
+)
+
+FRAMES: dict[str, tuple[Column, ...]] = {
+    "packets": PACKET_COLUMNS,
+    "tcp_sack": TCP_SACK_COLUMNS,
+    "icmp_errors": ICMP_ERROR_COLUMNS,
+    "interfaces": INTERFACE_COLUMNS,
+}
+
+
+def describe(frame: str) -> dict[str, str]:
+    """Column name → one-line description for a frame (used by docs and ``export``)."""
+    return {c.name: c.description for c in FRAMES[frame]}

@@ -1,0 +1,126 @@
+"""A capinfos-like summary of one capture, as a plain dict with stable keys.
+
+Keys of :func:`summarize` (the ``herdscope info --format json`` object, one per file):
+
+``file``, ``format``, ``compressed`` (gzip), ``file_size`` (bytes on disk), ``packets`` (rows, incl.
+pcapng custom/journal records Wireshark numbers), ``bytes`` (sum of captured lengths), ``wire_bytes``
+(sum of original lengths), ``first_ts`` / ``last_ts`` (earliest / latest packet time, integer ns since the
+Unix epoch, null without packets), ``first_time`` / ``last_time`` (the same as ISO 8601 UTC text),
+``duration_s``, ``ts_resolution_ns`` (finest interface resolution), ``link_types`` (list of
+``{linktype, name, packets}``), ``interfaces`` (list of ``{iface, name, linktype, snaplen,
+ts_resolution_ns}``), ``protocols`` (``{transport: {service: packets}}`` guessed by well-known ports),
+``parse_status`` (``{status: packets}``), ``skipped`` (``{total, reasons: {reason: n}}``: records that got
+no row, incl. a cut-short last record), ``damage`` (null, or ``{reason, offset, bytes_not_read}`` when
+reading stopped before the end or the gzip stream was cut short; offset may then be null), ``events`` (``{name: n}``: timestamps going backwards, skipped
+non-packet blocks, sections ...).
+"""
+from __future__ import annotations
+
+import datetime as dt
+
+import polars as pl
+
+from .capture import Capture
+from .kernels import records as rk
+
+# Well-known ports → service names, as tshark's port tables name them.
+SERVICES = {
+    20: "ftp-data", 21: "ftp", 22: "ssh", 23: "telnet", 25: "smtp", 53: "dns", 67: "dhcp", 68: "dhcp",
+    69: "tftp", 80: "http", 88: "kerberos", 110: "pop3", 111: "rpcbind", 123: "ntp", 135: "dcerpc",
+    137: "nbns", 138: "nbdgm", 139: "netbios-ssn", 143: "imap", 161: "snmp", 162: "snmptrap",
+    389: "ldap", 443: "https", 445: "smb", 464: "kpasswd", 514: "syslog", 636: "ldaps", 749: "kerberos-adm",
+    853: "dns-over-tls", 993: "imaps", 995: "pop3s", 1812: "radius", 1813: "radius-acct", 2049: "nfs",
+    3268: "ldap-gc", 3269: "ldaps-gc", 3306: "mysql", 3389: "rdp", 5060: "sip", 5353: "mdns",
+    5355: "llmnr", 5432: "postgresql", 6379: "redis", 8080: "http-alt", 8443: "https-alt",
+}
+TRANSPORTS = {6: "tcp", 17: "udp", 1: "icmp", 58: "icmpv6", 47: "gre", 50: "esp", 132: "sctp"}
+
+
+def _iso(ns: int | None) -> str | None:
+    if ns is None:
+        return None
+    secs, frac = divmod(int(ns), 1_000_000_000)
+    return dt.datetime.fromtimestamp(secs, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{frac:09d}Z"
+
+
+def protocols(packets: pl.DataFrame) -> dict[str, dict[str, int]]:
+    """Packets per transport and (for TCP/UDP) per service guessed from the lower well-known port."""
+    ports = pl.DataFrame({"port": list(SERVICES), "service": list(SERVICES.values())},
+                         schema={"port": pl.UInt16, "service": pl.String})
+    ip = packets.filter(pl.col("ip_proto").is_not_null())
+    lower_known = (
+        pl.when(pl.col("sport").is_in(ports["port"].implode()) & pl.col("dport").is_in(ports["port"].implode()))
+        .then(pl.min_horizontal("sport", "dport"))
+        .when(pl.col("sport").is_in(ports["port"].implode())).then(pl.col("sport"))
+        .otherwise(pl.col("dport"))
+    )
+    counted = (
+        ip.select(pl.col("ip_proto"), lower_known.alias("port"))
+        .join(ports, on="port", how="left")
+        .with_columns(
+            pl.col("ip_proto").replace_strict(TRANSPORTS, default=None, return_dtype=pl.String)
+            .fill_null(pl.format("ip-proto-{}", pl.col("ip_proto"))).alias("transport"),
+            pl.col("service").fill_null("other"),
+        )
+        .group_by("transport", "service").len()
+        .sort("transport", "len", descending=[False, True])
+    )
+    out: dict[str, dict[str, int]] = {}
+    for transport, service, n in counted.iter_rows():
+        if transport not in ("tcp", "udp"):
+            service = "all"
+        out.setdefault(transport, {})
+        out[transport][service] = out[transport].get(service, 0) + n
+    non_ip = packets.height - ip.height
+    if non_ip:
+        out["non-ip"] = {"all": non_ip}
+    return out
+
+
+def summarize(cap: Capture) -> dict:
+    p = cap.packets
+    report = cap.report
+    ifaces = cap.frame("interfaces")
+    ts = p["ts_ns"]
+    first = int(ts.min()) if p.height else None
+    last = int(ts.max()) if p.height else None
+    per_iface = p.group_by("iface").len()
+    link_counts = (
+        ifaces.join(per_iface, on="iface", how="left")
+        .group_by("linktype", "linktype_name").agg(pl.col("len").fill_null(0).sum().alias("packets"))
+        .sort("packets", descending=True)
+    )
+    skipped_reasons = {rk.COUNT_NAMES[k]: report.counts.get(rk.COUNT_NAMES[k], 0)
+                       for k in rk.SKIPPED_PACKET_COUNTS}
+    if report.stop_offset is not None:
+        skipped_reasons["cut_short_last_record" if "cut short" in report.stop else "unframeable_rest"] = 1
+    skipped_reasons = {k: v for k, v in skipped_reasons.items() if v}
+    events = {k: v for k, v in report.counts.items() if k not in skipped_reasons}
+    return {
+        "file": cap.path,
+        "format": report.format,
+        "compressed": report.gzip,
+        "file_size": cap._data.file_size,
+        "packets": p.height,
+        "bytes": int(p["caplen"].sum()),
+        "wire_bytes": int(p["wirelen"].sum()),
+        "first_ts": first,
+        "last_ts": last,
+        "first_time": _iso(first),
+        "last_time": _iso(last),
+        "duration_s": (last - first) / 1e9 if p.height else 0.0,
+        "ts_resolution_ns": float(ifaces["ts_resolution_ns"].min()) if ifaces.height else None,
+        "link_types": [{"linktype": int(a), "name": b, "packets": int(c)} for a, b, c in link_counts.iter_rows()],
+        "interfaces": [
+            {"iface": int(r["iface"]), "name": r["name"], "linktype": int(r["linktype"]),
+             "snaplen": int(r["snaplen"]), "ts_resolution_ns": float(r["ts_resolution_ns"])}
+            for r in ifaces.iter_rows(named=True)
+        ],
+        "protocols": protocols(p),
+        "parse_status": report.parse_status,
+        "skipped": {"total": sum(skipped_reasons.values()), "reasons": skipped_reasons},
+        "damage": None if report.stop_offset is None and not report.gzip_truncated else {
+            "reason": report.stop + ("; the gzip stream is cut short" if report.gzip_truncated else ""),
+            "offset": report.stop_offset, "bytes_not_read": report.bytes_not_read},
+        "events": events,
+    }

@@ -1,0 +1,159 @@
+"""Byte-exact builders for capture files and packet headers, for fixtures that state every byte.
+
+Only ``struct``: each function is a transcription of its spec's layout, so a fixture reads as the
+spec does. Checksums are left zero (herdscope does not validate them, like Wireshark's default).
+"""
+from __future__ import annotations
+
+import struct
+
+# --- classic pcap ---------------------------------------------------------------------------------
+
+
+def pcap_file(records, linktype=1, big_endian=False, nanosecond=False, snaplen=262144, kuznetzov=False):
+    """records: iterable of (ts_sec, ts_frac, data) or (ts_sec, ts_frac, data, wire_len)."""
+    o = ">" if big_endian else "<"
+    magic = 0xA1B2CD34 if kuznetzov else (0xA1B23C4D if nanosecond else 0xA1B2C3D4)
+    out = bytearray(struct.pack(o + "IHHiIII", magic, 2, 4, 0, 0, snaplen, linktype))
+    for rec in records:
+        sec, frac, data = rec[:3]
+        wire = rec[3] if len(rec) > 3 else len(data)
+        out += struct.pack(o + "IIII", sec, frac, len(data), wire)
+        if kuznetzov:
+            out += struct.pack(o + "IHBB", 0, 0, 0, 0)
+        out += data
+    return bytes(out)
+
+
+# --- pcapng -----------------------------------------------------------------------------------------
+
+
+def _pad4(b: bytes) -> bytes:
+    return b + b"\0" * (-len(b) % 4)
+
+
+def option(code: int, value: bytes, o="<") -> bytes:
+    return struct.pack(o + "HH", code, len(value)) + _pad4(value)
+
+
+def block(btype: int, body: bytes, o="<") -> bytes:
+    body = _pad4(body)
+    total = 12 + len(body)
+    return struct.pack(o + "II", btype, total) + body + struct.pack(o + "I", total)
+
+
+def shb(o="<", options=b"") -> bytes:
+    body = struct.pack(o + "IHHq", 0x1A2B3C4D, 1, 0, -1) + options
+    return block(0x0A0D0D0A, body, o)
+
+
+def idb(linktype=1, snaplen=0, tsresol=None, tsoffset=None, name=None, o="<") -> bytes:
+    opts = b""
+    if name is not None:
+        opts += option(2, name.encode(), o)
+    if tsresol is not None:
+        opts += option(9, bytes([tsresol]), o)
+    if tsoffset is not None:
+        opts += option(14, struct.pack(o + "q", tsoffset), o)
+    if opts:
+        opts += struct.pack(o + "HH", 0, 0)
+    return block(1, struct.pack(o + "HHI", linktype, 0, snaplen) + opts, o)
+
+
+def epb(iface: int, ticks: int, data: bytes, wire_len=None, o="<") -> bytes:
+    wire = len(data) if wire_len is None else wire_len
+    body = struct.pack(o + "IIIII", iface, ticks >> 32, ticks & 0xFFFFFFFF, len(data), wire) + _pad4(data)
+    return block(6, body, o)
+
+
+def spb(data: bytes, wire_len=None, o="<") -> bytes:
+    wire = len(data) if wire_len is None else wire_len
+    return block(3, struct.pack(o + "I", wire) + _pad4(data), o)
+
+
+def packet_block(iface: int, ticks: int, data: bytes, o="<") -> bytes:
+    """The obsolete Packet Block (type 2)."""
+    body = struct.pack(o + "HHIIII", iface, 0, ticks >> 32, ticks & 0xFFFFFFFF, len(data), len(data))
+    return block(2, body + _pad4(data), o)
+
+
+def custom_block(pen=32473, payload=b"hello", copy=True, o="<") -> bytes:
+    return block(0x00000BAD if copy else 0x40000BAD, struct.pack(o + "I", pen) + payload, o)
+
+
+# --- packet headers -------------------------------------------------------------------------------
+
+
+def mac(n: int) -> bytes:
+    return bytes([2, 0, 0, 0, 0, n])
+
+
+def ethernet(payload: bytes, ethertype=0x0800, vlans=(), outer_tpid=0x8100) -> bytes:
+    """Ethernet II; ``vlans`` outermost first. The outer tag uses ``outer_tpid`` (0x88a8 for QinQ)."""
+    types = [outer_tpid] + [0x8100] * (len(vlans) - 1) + [ethertype] if vlans else [ethertype]
+    out = mac(1) + mac(2) + struct.pack(">H", types[0])
+    for k, vid in enumerate(vlans):
+        out += struct.pack(">HH", vid, types[k + 1])
+    return out + payload
+
+
+def ipv4(payload: bytes, proto=6, src="10.0.0.1", dst="10.0.0.2", ident=1, flags_frag=0x4000,
+         ttl=64, options=b"", total_len=None) -> bytes:
+    ihl = 5 + len(options) // 4
+    total = 4 * ihl + len(payload) if total_len is None else total_len
+    hdr = struct.pack(">BBHHHBBH4s4s", 0x40 | ihl, 0, total, ident, flags_frag, ttl, proto, 0,
+                      bytes(map(int, src.split("."))), bytes(map(int, dst.split("."))))
+    return hdr + options + payload
+
+
+def ipv6(payload: bytes, nh=6, src="2001:db8::1", dst="2001:db8::2", hlim=64, ext=b"", plen=None) -> bytes:
+    import ipaddress
+    length = len(ext) + len(payload) if plen is None else plen
+    return (struct.pack(">IHBB", 0x60000000, length, nh, hlim) + ipaddress.IPv6Address(src).packed
+            + ipaddress.IPv6Address(dst).packed + ext + payload)
+
+
+def ipv6_ext(next_header: int, body: bytes = b"\0" * 6) -> bytes:
+    """A generic extension header (hop-by-hop, routing, destination options): 8-byte units."""
+    body = body + b"\0" * (-(len(body) + 2) % 8)
+    return bytes([next_header, (len(body) + 2) // 8 - 1]) + body
+
+
+def ipv6_frag(next_header: int, offset=0, more=False, ident=0x12345678) -> bytes:
+    return struct.pack(">BBHI", next_header, 0, (offset & 0xFFF8) | int(more), ident)
+
+
+def tcp(payload=b"", sport=1234, dport=80, seq=1000, ack=0, flags=0x18, window=65535, options=b"") -> bytes:
+    options = options + b"\x01" * (-len(options) % 4)
+    doff = (20 + len(options)) // 4
+    return struct.pack(">HHIIBBHHH", sport, dport, seq, ack, doff << 4 | (flags >> 8 & 0x0F), flags & 0xFF,
+                       window, 0, 0) + options + payload
+
+
+def udp(payload=b"", sport=5353, dport=53, length=None) -> bytes:
+    return struct.pack(">HHHH", sport, dport, 8 + len(payload) if length is None else length, 0) + payload
+
+
+def icmp(icmp_type: int, code: int, rest=b"\0\0\0\0", payload=b"") -> bytes:
+    return struct.pack(">BBH", icmp_type, code, 0) + rest + payload
+
+
+# TCP options
+def opt_mss(v):
+    return struct.pack(">BBH", 2, 4, v)
+
+
+def opt_wscale(v):
+    return struct.pack(">BBB", 3, 3, v)
+
+
+def opt_sack_perm():
+    return b"\x04\x02"
+
+
+def opt_sack(*blocks):
+    return struct.pack(">BB", 5, 2 + 8 * len(blocks)) + b"".join(struct.pack(">II", a, b) for a, b in blocks)
+
+
+def opt_ts(val, ecr):
+    return struct.pack(">BBII", 8, 10, val, ecr)
