@@ -4,6 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.herdscope-installed
 DEMO_CAPTURE ?= samples/demo.pcap
+SUDO   ?= $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: setup demo test test-all bench samples clean
 
@@ -32,6 +33,11 @@ test-all: setup
 
 bench: setup
 	$(BIN)/python tests/benchmarks/bench.py
+
+# Rebuild the real-server captures (root + Debian packages, ~6 min; never in CI). See samples/README.md.
+samples: $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[samples]'
+	$(SUDO) $(BIN)/python samples/make_real.py --out samples/
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .bench
