@@ -61,6 +61,18 @@ def print_summary(s: dict, console: Console | None = None) -> None:
         d = s["damage"]
         where = f" at byte {d['offset']:,}; {d['bytes_not_read']:,} bytes not read" if d["offset"] is not None else ""
         t.add_row("Damage:", f"[red]{d['reason']}[/red]{where}")
+    tcp = s.get("tcp")
+    if tcp and tcp["connections"]:
+        states = ", ".join(f"{k} {v:,}" for k, v in tcp["states"].items())
+        t.add_row("TCP connections:", f"{tcp['connections']:,} ({states})")
+        rtt = tcp["handshake_rtt_ns"]
+        if rtt["n"]:
+            t.add_row("Handshake RTT:", f"median {_duration(rtt['median'] / 1e9)}, p99 {_duration(rtt['p99'] / 1e9)} "
+                                        f"over {rtt['n']:,} handshakes")
+        t.add_row("TCP segments:", f"{tcp['segments']:,}: {tcp['retransmissions']:,} retransmissions "
+                                   f"({tcp['fast_retransmissions']:,} fast, {tcp['spurious_retransmissions']:,} "
+                                   f"spurious), {tcp['duplicate_acks']:,} duplicate ACKs, {tcp['zero_windows']:,} "
+                                   f"zero windows, {tcp['lost_segments']:,} not captured before")
     if s["events"]:
         t.add_row("Notes:", ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in s["events"].items()))
     console.print(t)

@@ -111,6 +111,8 @@ PACKET_COLUMNS: tuple[Column, ...] = (
          "header) in the capture buffer", Present.PAYLOAD),
     _col("payload_len", np.uint32, "payload bytes this packet carries per its IP/UDP length fields "
          "(Wireshark's tcp.len for TCP); may exceed what was captured", Present.PAYLOAD),
+    _col("payload_caplen", np.uint32, "payload bytes actually in the file (payload_len cut by the snapshot "
+         "length)", Present.PAYLOAD),
 )
 
 # Columns the kernel fills that never reach the frame (used to derive validity).

@@ -12,7 +12,9 @@ ts_resolution_ns}``), ``protocols`` (``{transport: {service: packets}}`` guessed
 ``parse_status`` (``{status: packets}``), ``skipped`` (``{total, reasons: {reason: n}}``: records that got
 no row, incl. a cut-short last record), ``damage`` (null, or ``{reason, offset, bytes_not_read}`` when
 reading stopped before the end or the gzip stream was cut short; offset may then be null), ``events`` (``{name: n}``: timestamps going backwards, skipped
-non-packet blocks, sections ...).
+non-packet blocks, sections ...), ``tcp`` (``{connections, states: {conn_state: n}, segments,
+retransmissions, fast_retransmissions, spurious_retransmissions, zero_windows, duplicate_acks,
+lost_segments, handshake_rtt_ns: {n, median, p99}}``).
 """
 from __future__ import annotations
 
@@ -77,6 +79,36 @@ def protocols(packets: pl.DataFrame) -> dict[str, dict[str, int]]:
     return out
 
 
+def tcp_totals(cap: Capture) -> dict:
+    """TCP connections by Zeek state, analysis flag counts and the handshake RTT distribution."""
+    from .tcp import analysis as an
+
+    conns = cap.frame("connections")
+    seg = cap.frame("tcp_segments")
+
+    def count(bits):
+        return int(((seg["analysis"] & bits) != 0).sum()) if seg.height else 0
+
+    rtt = conns["handshake_rtt_ns"].drop_nulls() if conns.height else conns.get_column("conn")
+    return {
+        "connections": conns.height,
+        "states": dict(conns.group_by("conn_state").len().sort("len", descending=True).iter_rows())
+        if conns.height else {},
+        "segments": seg.height,
+        "retransmissions": count(an.ANY_RETRANSMISSION),
+        "fast_retransmissions": count(an.FAST_RETRANSMISSION),
+        "spurious_retransmissions": count(an.SPURIOUS_RETRANSMISSION | an.SACKED_RETRANSMISSION),
+        "zero_windows": count(an.ZERO_WINDOW),
+        "duplicate_acks": count(an.DUPLICATE_ACK),
+        "lost_segments": count(an.LOST_SEGMENT),
+        "handshake_rtt_ns": {
+            "n": len(rtt),
+            "median": int(rtt.median()) if len(rtt) else None,
+            "p99": int(rtt.quantile(0.99, interpolation="higher")) if len(rtt) else None,
+        },
+    }
+
+
 def summarize(cap: Capture) -> dict:
     p = cap.packets
     report = cap.report
@@ -123,4 +155,5 @@ def summarize(cap: Capture) -> dict:
             "reason": report.stop + ("; the gzip stream is cut short" if report.gzip_truncated else ""),
             "offset": report.stop_offset, "bytes_not_read": report.bytes_not_read},
         "events": events,
+        "tcp": tcp_totals(cap),
     }

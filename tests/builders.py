@@ -157,3 +157,48 @@ def opt_sack(*blocks):
 
 def opt_ts(val, ecr):
     return struct.pack(">BBII", 8, 10, val, ecr)
+
+
+# --- TCP conversations ----------------------------------------------------------------------------
+
+CLIENT = ("10.0.0.1", 40000)
+SERVER = ("10.0.0.2", 445)
+
+
+def tcp_conversation(steps, client=CLIENT, server=SERVER, client_isn=1000, server_isn=5000, nanosecond=True):
+    """A pcap (Ethernet, ns) from a script of steps. Each step is a dict:
+    ``t`` (ns), ``from_client`` (bool), ``flags`` (int, default ACK), ``seq``/``ack`` (relative to each
+    side's ISN; defaults: the sender's next sequence number / the last byte received), ``data`` (bytes),
+    ``window`` (default 65535), ``options`` (bytes), ``caplen`` (cut the record to this many bytes).
+    """
+    nxt = {True: 0, False: 0}  # relative next seq per side (0 = the SYN)
+    got = {True: 0, False: 0}  # relative bytes received per side (what an ACK would say)
+    records = []
+    for st in steps:
+        fc = st["from_client"]
+        flags = st.get("flags", 0x10)
+        data = st.get("data", b"")
+        seq_rel = st.get("seq", nxt[fc])
+        ack_rel = st.get("ack", got[fc])
+        isn, peer_isn = (client_isn, server_isn) if fc else (server_isn, client_isn)
+        (sa, sp), (da, dp) = (client, server) if fc else (server, client)
+        seg = tcp(data, sport=sp, dport=dp, seq=(isn + seq_rel) & 0xFFFFFFFF,
+                  ack=(peer_isn + ack_rel) & 0xFFFFFFFF if flags & 0x10 else 0, flags=flags,
+                  window=st.get("window", 65535), options=st.get("options", b""))
+        frame = ethernet(ipv4(seg, src=sa, dst=da))
+        t = st["t"]
+        rec = (t // 10**9, t % 10**9, frame[:st["caplen"]] if "caplen" in st else frame, len(frame))
+        records.append(rec)
+        end = seq_rel + len(data) + (1 if flags & 0x03 else 0)
+        nxt[fc] = max(nxt[fc], end)
+        got[not fc] = max(got[not fc], end)
+    return pcap_file(records, nanosecond=nanosecond)
+
+
+def handshake(t0=0, rtt=20_000, client_opts=b"", server_opts=b""):
+    """SYN, SYN/ACK, ACK steps starting at t0 with the given RTT (ns) split in halves."""
+    return [
+        {"t": t0, "from_client": True, "flags": 0x02, "options": client_opts},
+        {"t": t0 + rtt // 2, "from_client": False, "flags": 0x12, "options": server_opts},
+        {"t": t0 + rtt, "from_client": True, "flags": 0x10},
+    ]

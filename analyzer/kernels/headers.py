@@ -43,11 +43,12 @@ def allocate_headers(capacity: int) -> HeaderColumns:
 # costs an atomic incref/decref per array per call: 0.5 µs a packet.)
 (F_PARSE_STATUS, F_VLAN, F_ETHERTYPE, F_IP_PROTO, F_TTL, F_IP_ID, F_FRAG_OFFSET, F_IP_FLAGS, F_SPORT,
  F_DPORT, F_TCP_FLAGS, F_SEQ, F_ACK, F_WINDOW, F_MSS, F_WSCALE, F_SACK_PERM, F_SACK_BLOCKS, F_TS_VAL,
- F_TS_ECR, F_ICMP_TYPE, F_ICMP_CODE, F_L4_HDR_LEN, F_PAYLOAD_OFFSET, F_PAYLOAD_LEN, F_SRC_HI, F_SRC_LO,
- F_DST_HI, F_DST_LO, F_FAMILY, F_PRESENT) = range(31)
-N_FIELDS = 31
-assert HEADER_FIELDS[F_PRESENT] == "present" and HEADER_FIELDS[F_SACK_PERM] == "sack_perm" \
-    and len(HEADER_FIELDS) == N_FIELDS, "field constants out of step with the packet schema"
+ F_TS_ECR, F_ICMP_TYPE, F_ICMP_CODE, F_L4_HDR_LEN, F_PAYLOAD_OFFSET, F_PAYLOAD_LEN, F_PAYLOAD_CAPLEN,
+ F_SRC_HI, F_SRC_LO, F_DST_HI, F_DST_LO, F_FAMILY, F_PRESENT) = range(32)
+N_FIELDS = 32
+assert all(HEADER_FIELDS[value] == name[2:].lower() for name, value in dict(globals()).items()
+           if name.startswith("F_")) and len(HEADER_FIELDS) == N_FIELDS, \
+    "field constants out of step with the packet schema"
 
 
 # Numba sees these as compile-time constants.
@@ -481,6 +482,8 @@ def decode_headers(buf, records, n, linktype_of, out):
             present |= l3_present
         f[F_PARSE_STATUS] = status
         f[F_PRESENT] = present
+        if present & P_PAYLOAD:
+            f[F_PAYLOAD_CAPLEN] = max(np.int64(0), min(f[F_PAYLOAD_LEN], end - f[F_PAYLOAD_OFFSET]))
         out.parse_status[i] = f[F_PARSE_STATUS]
         out.vlan[i] = f[F_VLAN]
         out.ethertype[i] = f[F_ETHERTYPE]
@@ -506,6 +509,7 @@ def decode_headers(buf, records, n, linktype_of, out):
         out.l4_hdr_len[i] = f[F_L4_HDR_LEN]
         out.payload_offset[i] = f[F_PAYLOAD_OFFSET]
         out.payload_len[i] = f[F_PAYLOAD_LEN]
+        out.payload_caplen[i] = f[F_PAYLOAD_CAPLEN]
         out.src_hi[i] = np.uint64(f[F_SRC_HI])
         out.src_lo[i] = np.uint64(f[F_SRC_LO])
         out.dst_hi[i] = np.uint64(f[F_DST_HI])

@@ -1,0 +1,204 @@
+"""TCP connections and segment analysis on scripted conversations (byte-exact pcaps)."""
+import polars as pl
+import pytest
+
+from analyzer.tcp import analysis as an
+from builders import handshake, opt_mss, opt_sack, opt_sack_perm, opt_wscale, tcp_conversation
+
+US = 1_000  # ns
+
+
+def analyzed(read_capture, steps, **kw):
+    cap = read_capture(tcp_conversation(steps, **kw))
+    return cap, cap.frame("tcp_segments"), cap.frame("connections")
+
+
+def flags_of(seg, frame):
+    bits = seg.filter(pl.col("frame") == frame)["analysis"][0]
+    return {name for bit, name in an.FLAG_NAMES.items() if bits & bit}
+
+
+def data(t, from_client, payload=b"x" * 100, **kw):
+    return {"t": t, "from_client": from_client, "data": payload, "flags": 0x18, **kw}
+
+
+def ack(t, from_client, **kw):
+    return {"t": t, "from_client": from_client, "flags": 0x10, **kw}
+
+
+def test_full_connection_sf_history_and_handshake_rtt(read_capture):
+    steps = handshake(0, rtt=40 * US) + [
+        data(100 * US, True), ack(120 * US, False), data(200 * US, False, b"y" * 300), ack(220 * US, True),
+        {"t": 300 * US, "from_client": True, "flags": 0x11}, {"t": 320 * US, "from_client": False, "flags": 0x11},
+        ack(340 * US, True),
+    ]
+    cap, seg, conns = analyzed(read_capture, steps)
+    c = conns.row(0, named=True)
+    assert (c["conn_state"], c["client"], c["server"], c["server_port"], c["client_by"]) == \
+        ("SF", "10.0.0.1", "10.0.0.2", 445, "syn")
+    assert c["history"] == "ShADadFf"
+    assert (c["rtt_client_server_ns"], c["rtt_server_client_ns"], c["handshake_rtt_ns"]) == (20 * US, 20 * US, 40 * US)
+    assert (c["client_packets"], c["server_packets"], c["client_bytes"], c["server_bytes"]) == (6, 4, 100, 300)
+    assert c["saw_start"] and c["saw_end"]
+    assert seg["from_client"].to_list() == [True, False, True, True, False, False, True, True, False, True]
+    assert seg.filter(pl.col("frame") == 4)["seq_rel"][0] == 1
+    assert all(flags_of(seg, f) == set() for f in range(1, 11))
+
+
+@pytest.mark.parametrize("steps,state", [
+    ([{"t": 0, "from_client": True, "flags": 0x02}], "S0"),
+    ([{"t": 0, "from_client": True, "flags": 0x02}, {"t": 10, "from_client": False, "flags": 0x14}], "REJ"),
+    (handshake() + [data(50_000, True)], "S1"),
+    (handshake() + [{"t": 50_000, "from_client": True, "flags": 0x14}], "RSTO"),
+    (handshake() + [{"t": 50_000, "from_client": False, "flags": 0x14}], "RSTR"),
+    ([data(0, True), data(10, False)], "OTH"),
+])
+def test_zeek_conn_states(read_capture, steps, state):
+    _, _, conns = analyzed(read_capture, steps)
+    assert conns["conn_state"].to_list() == [state]
+
+
+def test_client_by_port_when_no_syn(read_capture):
+    steps = [data(0, False), data(10, True)]  # the server (port 445) speaks first
+    _, seg, conns = analyzed(read_capture, steps)
+    c = conns.row(0, named=True)
+    assert (c["client"], c["server_port"], c["client_by"]) == ("10.0.0.1", 445, "port")
+    assert seg["from_client"].to_list() == [False, True]
+
+
+def test_reused_ports_start_a_new_connection(read_capture):
+    first = handshake(0) + [{"t": 100 * US, "from_client": True, "flags": 0x14}]
+    cap1 = tcp_conversation(first)
+    cap2 = tcp_conversation(handshake(10**9), client_isn=777)
+    from builders import pcap_file  # noqa: F401 - records are concatenated below
+    body = cap1 + cap2[24:]  # same 4-tuple, new ISN
+    cap = read_capture(body)
+    seg = cap.frame("tcp_segments")
+    assert seg["conn"].to_list() == [0, 0, 0, 0, 1, 1, 1]
+    assert flags_of(seg, 5) == {"reused_ports"}
+    assert cap.frame("connections")["conn_state"].to_list() == ["RSTO", "S1"]
+
+
+def test_retransmission_after_timeout_and_rto(read_capture):
+    steps = handshake() + [data(100 * US, True, seq=1), data(200_100 * US, True, seq=1)]
+    _, seg, _ = analyzed(read_capture, steps)
+    assert flags_of(seg, 5) == {"retransmission"}
+    row = seg.filter(pl.col("frame") == 5).row(0, named=True)
+    assert (row["rto_ns"], row["rto_frame"]) == (200 * 1000 * US, 4)
+
+
+def test_fast_retransmission_after_duplicate_acks(read_capture):
+    steps = handshake(rtt=10 * US) + [
+        data(100 * US, True, seq=1), data(101 * US, True, seq=101), data(102 * US, True, seq=201),
+        ack(110 * US, False, ack=101), ack(111 * US, False, ack=101), ack(112 * US, False, ack=101),
+        ack(113 * US, False, ack=101), data(120 * US, True, seq=101),
+    ]
+    _, seg, _ = analyzed(read_capture, steps)
+    assert flags_of(seg, 7) == set()
+    assert flags_of(seg, 8) == {"duplicate_ack"} and flags_of(seg, 10) == {"duplicate_ack"}
+    assert seg.filter(pl.col("frame").is_in([8, 9, 10]))["dupack_num"].to_list() == [1, 2, 3]
+    assert seg.filter(pl.col("frame") == 8)["dupack_frame"][0] == 7
+    assert flags_of(seg, 11) == {"fast_retransmission"}
+
+
+def test_spurious_retransmission(read_capture):
+    steps = handshake() + [data(100 * US, True, seq=1), ack(120 * US, False, ack=101),
+                           data(500 * US, True, seq=1)]
+    _, seg, _ = analyzed(read_capture, steps)
+    assert flags_of(seg, 6) == {"spurious_retransmission"}
+
+
+def test_out_of_order_uses_the_handshake_rtt_as_threshold(read_capture):
+    steps = handshake(rtt=1000 * US) + [
+        data(2000 * US, True, seq=101), data(2100 * US, True, seq=1),  # 0.1 ms later: out of order
+    ]
+    _, seg, _ = analyzed(read_capture, steps)
+    assert flags_of(seg, 4) == {"lost_segment"}
+    assert flags_of(seg, 5) == {"out_of_order"}
+
+
+def test_ooo_threshold_parameter_for_fast_paths(read_capture):
+    from analyzer.tcp import analyze_segments
+    steps = [data(0, True, seq=101), data(50 * US, True, seq=1)]  # no handshake: 3 ms default
+    cap = read_capture(tcp_conversation(steps))
+    seg, _ = analyze_segments(cap)
+    assert flags_of(seg, 2) == {"out_of_order"}
+    seg, _ = analyze_segments(cap, an.Params(ooo_threshold_ns=20 * US))
+    assert flags_of(seg, 2) == {"retransmission"}
+
+
+def test_acked_unseen_segment(read_capture):
+    steps = handshake() + [data(100 * US, True, seq=1), ack(120 * US, False, ack=301)]
+    _, seg, _ = analyzed(read_capture, steps)
+    assert flags_of(seg, 5) == {"ack_lost_segment"}
+
+
+def test_zero_window_probe_and_ack_and_window_update(read_capture):
+    steps = handshake() + [
+        data(100 * US, True, seq=1), ack(120 * US, False, ack=101, window=0),
+        data(300 * US, True, payload=b"z", seq=101), ack(310 * US, False, ack=101, window=0),
+        ack(900 * US, False, ack=101, window=8192),
+    ]
+    _, seg, _ = analyzed(read_capture, steps)
+    assert flags_of(seg, 5) == {"zero_window"}
+    assert flags_of(seg, 6) == {"zero_window_probe"}
+    assert flags_of(seg, 7) == {"zero_window_probe_ack", "zero_window"}
+    assert flags_of(seg, 8) == {"window_update"}
+
+
+def test_window_full_with_scaling(read_capture):
+    steps = handshake(client_opts=opt_wscale(2), server_opts=opt_wscale(2)) + [
+        ack(50 * US, False, ack=1, window=100),  # 100 << 2 = 400 bytes
+        data(100 * US, True, payload=b"a" * 400, seq=1),
+    ]
+    _, seg, _ = analyzed(read_capture, steps)
+    assert flags_of(seg, 5) == {"window_full"}
+    assert seg.filter(pl.col("frame") == 4)["window_size"][0] == 400
+
+
+def test_window_size_unknown_without_syn(read_capture):
+    _, seg, _ = analyzed(read_capture, [data(0, True, window=100)])
+    assert seg["window_size"].to_list() == [None]
+
+
+def test_keep_alive_and_ack(read_capture):
+    steps = handshake() + [data(100 * US, True, seq=1), ack(120 * US, False, ack=101),
+                           data(10**10, True, payload=b"\0", seq=100), ack(10**10 + 20 * US, False, ack=101)]
+    _, seg, _ = analyzed(read_capture, steps)
+    assert flags_of(seg, 6) == {"keep_alive"}
+    assert flags_of(seg, 7) == {"keep_alive_ack"}
+
+
+def test_ack_rtt_bytes_in_flight_and_karn(read_capture):
+    steps = handshake() + [
+        data(100 * US, True, seq=1), data(101 * US, True, seq=101), ack(150 * US, False, ack=201),
+        data(200 * US, True, seq=201), data(400_000 * US, True, seq=201), ack(400_050 * US, False, ack=301),
+    ]
+    _, seg, _ = analyzed(read_capture, steps)
+    rows = {r["frame"]: r for r in seg.iter_rows(named=True)}
+    assert (rows[4]["bytes_in_flight"], rows[5]["bytes_in_flight"]) == (100, 200)
+    assert (rows[6]["acks_frame"], rows[6]["ack_rtt_ns"], rows[6]["rtt_ns"]) == (5, 49 * US, 49 * US)
+    assert flags_of(seg, 8) == {"retransmission"}
+    # Wireshark times the ACK from the first copy; Karn's rule gives no sample
+    assert rows[9]["acks_frame"] == 7 and rows[9]["ack_rtt_ns"] == 399_850 * US and rows[9]["rtt_ns"] is None
+
+
+def test_sacked_retransmission_and_pipe(read_capture):
+    steps = handshake(client_opts=opt_sack_perm(), server_opts=opt_sack_perm()) + [
+        data(100 * US, True, seq=1), data(101 * US, True, seq=101), data(102 * US, True, seq=201),
+        ack(150 * US, False, ack=1, options=b"\x01\x01" + opt_sack((5101, 5201))),  # 2nd segment SACKed
+        data(300 * US, True, seq=301),
+        data(400_000 * US, True, seq=101),  # retransmits SACKed data: spurious by SACK
+    ]
+    cap, seg, _ = analyzed(read_capture, steps, client_isn=5000)
+    assert flags_of(seg, 9) == {"retransmission", "sacked_retransmission"}
+    r = seg.filter(pl.col("frame") == 8).row(0, named=True)
+    assert (r["bytes_in_flight"], r["pipe_bytes"]) == (400, 300)
+
+
+def test_mss_and_options_per_side(read_capture):
+    steps = handshake(client_opts=opt_mss(1460) + opt_sack_perm() + opt_wscale(7), server_opts=opt_mss(8960))
+    _, _, conns = analyzed(read_capture, steps)
+    c = conns.row(0, named=True)
+    assert (c["client_mss"], c["server_mss"], c["client_wscale"], c["server_wscale"]) == (1460, 8960, 7, None)
+    assert (c["client_sack_perm"], c["server_sack_perm"]) == (True, False)

@@ -1,0 +1,126 @@
+"""TCP analysis against tshark 4.0's tcp.analysis.* on the real captures of tests/data/corpus.
+
+For every segment and every flag, herdscope and tshark must agree on at least 99% of segments, and
+every disagreement must be one of the explained classes below; a new one fails the test.
+"""
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from analyzer import open_capture
+from analyzer.tcp import analysis as an
+from tshark_ref import as_flag, as_int, corpus_files, have_tshark, tshark_fields
+
+CORPUS = Path(__file__).parent / "data" / "corpus"
+pytestmark = [pytest.mark.tshark, pytest.mark.skipif(not have_tshark(), reason="tshark not installed")]
+
+# tshark sets tcp.analysis.retransmission on fast and spurious retransmissions too.
+FLAGS = {
+    "retransmission": an.RETRANSMISSION | an.FAST_RETRANSMISSION | an.SPURIOUS_RETRANSMISSION,
+    "fast_retransmission": an.FAST_RETRANSMISSION, "spurious_retransmission": an.SPURIOUS_RETRANSMISSION,
+    "out_of_order": an.OUT_OF_ORDER, "lost_segment": an.LOST_SEGMENT, "ack_lost_segment": an.ACK_LOST_SEGMENT,
+    "duplicate_ack": an.DUPLICATE_ACK, "zero_window": an.ZERO_WINDOW, "zero_window_probe": an.ZERO_WINDOW_PROBE,
+    "zero_window_probe_ack": an.ZERO_WINDOW_PROBE_ACK, "window_full": an.WINDOW_FULL,
+    "window_update": an.WINDOW_UPDATE, "keep_alive": an.KEEP_ALIVE, "keep_alive_ack": an.KEEP_ALIVE_ACK,
+    "reused_ports": an.REUSED_PORTS,
+}
+NUMBERS = ["tcp.stream", "tcp.seq", "tcp.analysis.duplicate_ack_num", "tcp.analysis.acks_frame",
+           "tcp.analysis.bytes_in_flight", "tcp.window_size", "tcp.window_size_scalefactor"]
+
+# (file name, frame, what): why herdscope and tshark 4.0.17 differ there.
+EXPLAINED = {
+    # Wireshark 4.0.17 reports an ACK of unseen data here and herdscope does not: the newer tshark
+    # releases changed this rule twice (a -1 marker in the duplicate-ACK counter); herdscope follows
+    # the 4.0 form that agrees on every other segment of the corpus.
+    ("reassembly.pcap", 105, "ack_lost_segment"): "tshark 4.0.17 marker state differs after a gap",
+    ("ldap.pcapng", 19, "ack_lost_segment"): "a second ACK of unseen data before the peer speaks again: "
+                                             "tshark 4.0.17 reports the first only",
+    # The segment carries a SACK option of length 2 (no blocks); Wireshark's dissector throws
+    # "Malformed Packet" before its sequence analysis runs, herdscope analyses the segment.
+    ("tcp-opt.pcap", 24, "tcp.analysis.acks_frame"): "malformed option stops Wireshark's analysis",
+}
+
+
+def _tcp_files():
+    rows = [r for r in corpus_files() if set(r["purposes"].split(",")) & {"tcp", "smb2", "ldap", "kerberos", "dns"}]
+    return sorted({r["file"] for r in rows})
+
+
+@pytest.fixture(scope="module")
+def comparison():
+    frames = []
+    for rel in _tcp_files():
+        path = CORPUS / rel
+        with open_capture(path) as cap:
+            seg = cap.frame("tcp_segments")
+            if seg.height == 0:
+                continue
+            ours = seg.select("frame", "conn", "from_client", "analysis", "seq_rel", "dupack_num", "acks_frame",
+                              "bytes_in_flight", "window_size")
+        ref = tshark_fields(path, ["frame.number"] + [f"tcp.analysis.{f}" for f in FLAGS] + NUMBERS,
+                            display_filter="tcp", occurrence="f")
+        ref = ref.with_columns(as_int("frame.number").alias("frame"),
+                               *[as_flag(f"tcp.analysis.{f}").alias(f"ts_{f}") for f in FLAGS],
+                               *[as_int(n).alias("ts_" + n.split(".")[-1]) for n in NUMBERS])
+        frames.append(ours.join(ref.select("frame", pl.col("^ts_.*$")), on="frame", how="inner")
+                      .with_columns(pl.lit(Path(rel).name).alias("file")))
+    return pl.concat(frames, how="vertical_relaxed")
+
+
+def _explained(file, frame, what):
+    return (file, frame, what) in EXPLAINED
+
+
+def test_every_flag_agrees_on_99_percent_and_differences_are_explained(comparison):
+    assert comparison.height > 5000  # the corpus holds this many TCP segments
+    for name, bits in FLAGS.items():
+        ours = (comparison["analysis"] & bits) != 0
+        theirs = comparison[f"ts_{name}"].fill_null(False)
+        differ = comparison.filter(ours != theirs)
+        agreement = 1 - differ.height / comparison.height
+        assert agreement >= 0.99, (name, agreement)
+        unexplained = [(f, fr) for f, fr in differ.select("file", "frame").iter_rows()
+                       if not _explained(f, fr, name)]
+        assert not unexplained, (name, unexplained[:10])
+        assert theirs.sum() == 0 or ours.sum() > 0  # guard: the flag is really computed
+
+
+def test_connection_ids_map_one_to_one_on_tcp_stream(comparison):
+    pairs = comparison.select("file", "conn", "ts_stream").unique()
+    assert pairs.group_by("file", "conn").len()["len"].max() == 1
+    assert pairs.group_by("file", "ts_stream").len()["len"].max() == 1
+
+
+def test_relative_sequence_and_duplicate_ack_numbers(comparison):
+    assert comparison.filter(pl.col("seq_rel").cast(pl.Int64) != pl.col("ts_seq")).height == 0
+    dup = comparison.filter(pl.col("dupack_num").cast(pl.Int64).fill_null(0) != pl.col("ts_duplicate_ack_num").fill_null(0))
+    assert dup.height == 0
+
+
+def test_acks_frame_agrees_except_explained(comparison):
+    differ = comparison.filter(pl.col("acks_frame").cast(pl.Int64).fill_null(0) != pl.col("ts_acks_frame").fill_null(0))
+    assert [(f, fr) for f, fr in differ.select("file", "frame").iter_rows()
+            if not _explained(f, fr, "tcp.analysis.acks_frame")] == []
+
+
+def test_window_size_null_exactly_where_wireshark_does_not_know_the_scale(comparison):
+    known = comparison.filter(pl.col("window_size").is_not_null())
+    assert known.filter(pl.col("window_size") != pl.col("ts_window_size")).height == 0
+    unknown = comparison.filter(pl.col("window_size").is_null())
+    # Wireshark then shows the unscaled value with scale factor -1 ("unknown"); herdscope says null
+    assert unknown["ts_window_size_scalefactor"].unique().to_list() in ([-1], [])
+
+
+def test_bytes_in_flight_agree_until_a_segment_is_lost_or_resent(comparison):
+    """After "previous segment not captured", a retransmission or a keep-alive in that direction,
+    Wireshark 4.0.17 prunes its list of unacknowledged segments in a way its 3.x/4.x sources do not
+    show; herdscope keeps the documented list (the highest data byte sent minus the lowest
+    unacknowledged one). Everywhere else the two agree byte for byte."""
+    disturbed = an.LOST_SEGMENT | an.ANY_RETRANSMISSION | an.OUT_OF_ORDER | an.KEEP_ALIVE
+    c = comparison.sort("file", "conn", "from_client", "frame").with_columns(
+        ((pl.col("analysis") & disturbed) != 0).cum_max().over("file", "conn", "from_client")
+        .alias("after_loss"))
+    differ = c.filter(pl.col("bytes_in_flight").cast(pl.Int64).fill_null(0) != pl.col("ts_bytes_in_flight").fill_null(0))
+    assert differ.filter(~pl.col("after_loss")).height == 0
+    assert differ.height / c.height < 0.01
