@@ -1,0 +1,449 @@
+#!/usr/bin/env python3
+"""herdscope ingest benchmark: one capture, several readers, side by side.
+
+    python tests/benchmarks/bench.py [--packets 1000000] [--seed 1] [--skip-tshark] [--json OUT]
+
+Generates (once, cached under ``.bench/`` in the repository root) a deterministic mixed capture
+with ``samples/synth.py`` and times, in one run:
+
+  cat                 ``cat FILE > /dev/null`` with the file already in the page cache
+  herdscope ingest    ``analyzer.open_capture(FILE).packets`` in this process, after imports and one
+                      warm-up call (Numba's cache is warm)
+  herdscope export    the whole ``herdscope export FILE --out DIR`` process (wall time)
+  dpkt loop           dpkt extracting the same header fields into Python lists
+  tshark fields       ``tshark -T fields`` with the same fields, tshark's default settings
+  tshark tcp analysis ``tshark -2`` with ``tcp.analysis.*`` fields (placeholder, to be extended)
+
+and prints seconds, packets/s, peak RSS and ratios (to ``cat`` and to herdscope's ingest).
+Peak RSS: subprocess stages report the command's own peak (``/usr/bin/time -v``, else
+``getrusage(RUSAGE_CHILDREN)``); in-process stages report this process's RSS sampled during the
+stage, so it includes the interpreter, imports and whatever earlier stages left behind. The machine
+should be otherwise idle: on a shared 2-core box the tshark rows vary by 2-3x with load.
+
+Adding a stage: write ``def stage_x(ctx: Ctx) -> Result`` and decorate it with ``@stage("name")``
+(optionally ``tags={"tshark"}`` so ``--skip-tshark`` skips it). Stages run in definition order.
+A stage that cannot run yet returns ``Result(..., status="unavailable")``; one that raises is
+reported as failed and makes the exit status 1.
+
+This file is not a pytest test (no ``test_`` prefix); ``tests/test_bench_smoke.py`` runs it small.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[2]
+SYNTH = ROOT / "samples" / "synth.py"
+DEFAULT_CACHE = ROOT / ".bench"
+TIME_BIN = "/usr/bin/time"
+
+TSHARK_FIELDS = ["frame.number", "frame.time_epoch", "frame.cap_len", "frame.len", "ip.src", "ip.dst",
+                 "ipv6.src", "ipv6.dst", "ip.proto", "tcp.srcport", "tcp.dstport", "udp.srcport",
+                 "udp.dstport", "tcp.flags", "tcp.seq_raw", "tcp.ack_raw", "tcp.window_size_value",
+                 "tcp.len", "udp.length"]
+
+
+# ------------------------------------------------------------------------------------------------
+# results and the stage registry
+# ------------------------------------------------------------------------------------------------
+
+@dataclass
+class Result:
+    name: str
+    seconds: float | None = None
+    packets: int | None = None              # records the stage reported handling (None: not counted)
+    peak_rss_kb: int | None = None
+    status: str = "ok"                      # ok | unavailable | skipped | failed
+    note: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class Ctx:
+    path: Path
+    packets: int
+    size: int
+    args: argparse.Namespace
+    results: list[Result] = field(default_factory=list)
+
+    def result(self, name: str) -> Result | None:
+        for r in self.results:
+            if r.name == name:
+                return r
+        return None
+
+
+@dataclass
+class Stage:
+    name: str
+    fn: Callable[[Ctx], Result]
+    tags: frozenset
+
+
+STAGES: list[Stage] = []
+
+
+def stage(name: str, tags: set[str] | frozenset = frozenset()):
+    def register(fn: Callable[[Ctx], Result]):
+        STAGES.append(Stage(name, fn, frozenset(tags)))
+        return fn
+    return register
+
+
+# ------------------------------------------------------------------------------------------------
+# measuring helpers
+# ------------------------------------------------------------------------------------------------
+
+class PeakRSS:
+    """Samples this process's RSS from /proc every few ms while the block runs (kB)."""
+
+    def __init__(self, interval: float = 0.005):
+        self.interval, self.peak, self._stop = interval, 0, threading.Event()
+
+    @staticmethod
+    def current_kb() -> int:
+        try:
+            with open("/proc/self/statm") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+        except OSError:
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.current_kb())
+            self._stop.wait(self.interval)
+
+    def __enter__(self):
+        self.peak = self.current_kb()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+        self.peak = max(self.peak, self.current_kb())
+
+
+def run_timed(cmd: list[str], *, stdout=subprocess.DEVNULL,
+              cwd: Path | None = None) -> tuple[float, int | None, subprocess.CompletedProcess]:
+    """Run ``cmd``; returns (wall seconds, peak RSS kB of the command, completed process)."""
+    use_time = os.access(TIME_BIN, os.X_OK)
+    full = [TIME_BIN, "-v", *cmd] if use_time else cmd
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    t0 = time.perf_counter()
+    proc = subprocess.run(full, stdout=stdout, stderr=subprocess.PIPE, text=True, cwd=cwd)
+    wall = time.perf_counter() - t0
+    rss = None
+    if use_time:
+        m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr)
+        rss = int(m.group(1)) if m else None
+        proc.stderr = "\n".join(l for l in proc.stderr.splitlines() if not l.startswith("\t"))
+    else:
+        after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        rss = after if after > before else None     # max over all children so far
+    return wall, rss, proc
+
+
+def tail(text: str, n: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else "..." + text[-n:]
+
+
+# ------------------------------------------------------------------------------------------------
+# the stages
+# ------------------------------------------------------------------------------------------------
+
+@stage("cat")
+def stage_cat(ctx: Ctx) -> Result:
+    subprocess.run(["cat", str(ctx.path)], stdout=subprocess.DEVNULL, check=True)      # warm the cache
+    wall, rss, proc = run_timed(["cat", str(ctx.path)])
+    if proc.returncode:
+        raise RuntimeError(f"cat failed: {tail(proc.stderr)}")
+    return Result("cat", wall, ctx.packets, rss, note="page-cached read")
+
+
+@stage("herdscope ingest")
+def stage_herdscope_ingest(ctx: Ctx) -> Result:
+    try:
+        from analyzer import open_capture
+    except Exception as e:          # the API is being written; absence is not a failure
+        return Result("herdscope ingest", status="unavailable",
+                      note=f"herdscope: not available yet ({type(e).__name__}: {e})")
+    warm = open_capture(ctx.path)                      # Numba compile / cache load, page cache
+    _ = warm.packets
+    getattr(warm, "close", lambda: None)()
+    del warm, _
+    with PeakRSS() as mem:
+        t0 = time.perf_counter()
+        cap = open_capture(ctx.path)
+        frame = cap.packets
+        wall = time.perf_counter() - t0
+    rows = frame.height
+    est = frame.estimated_size()
+    getattr(cap, "close", lambda: None)()
+    res = Result("herdscope ingest", wall, rows, mem.peak,
+                 note=f"{est / max(rows, 1):.1f} B/packet in the packets frame ({len(frame.columns)} columns)",
+                 extra={"frame_bytes": est, "bytes_per_packet": est / max(rows, 1), "columns": frame.columns})
+    if rows != ctx.packets:
+        res.status = "failed"
+        res.note = f"packets frame has {rows} rows, capture has {ctx.packets} records; " + res.note
+    return res
+
+
+def _herdscope_cmd() -> tuple[list[str], str] | None:
+    """The installed ``herdscope`` command, else ``python -m analyzer`` from this checkout."""
+    exe = shutil.which("herdscope")
+    if exe is None:
+        cand = Path(sys.executable).parent / "herdscope"
+        exe = str(cand) if cand.exists() else None
+    if exe:
+        return [exe], "herdscope"
+    if (ROOT / "analyzer" / "__main__.py").exists():
+        return [sys.executable, "-m", "analyzer"], "python -m analyzer"
+    return None
+
+
+@stage("herdscope export")
+def stage_herdscope_export(ctx: Ctx) -> Result:
+    found = _herdscope_cmd()
+    if found is None:
+        return Result("herdscope export", status="unavailable",
+                      note="herdscope: not available yet (no `herdscope` command on PATH)")
+    cmd, how = found
+    with tempfile.TemporaryDirectory(dir=ctx.args.cache_dir, prefix="export-") as out:
+        wall, rss, proc = run_timed([*cmd, "export", str(ctx.path), "--out", out], cwd=ROOT)
+        written = sum(f.stat().st_size for f in Path(out).rglob("*") if f.is_file())
+    if proc.returncode:
+        if how != "herdscope" and re.search(r"No such command|invalid choice|ModuleNotFoundError", proc.stderr):
+            return Result("herdscope export", status="unavailable",
+                          note=f"herdscope: not available yet ({tail(proc.stderr, 120)})")
+        return Result("herdscope export", wall, None, rss, status="failed",
+                      note=f"exit {proc.returncode}: {tail(proc.stderr)}")
+    return Result("herdscope export", wall, ctx.packets, rss,
+                  note=f"{how}; wrote {written / 1e6:.1f} MB", extra={"output_bytes": written, "command": how})
+
+
+@stage("dpkt loop")
+def stage_dpkt(ctx: Ctx) -> Result:
+    import dpkt
+    cols: dict[str, list] = {k: [] for k in ("frame", "ts", "caplen", "len", "src", "dst", "proto", "sport",
+                                              "dport", "tcp_flags", "seq", "ack", "win", "payload_len")}
+    (frame, ts_, caplen, wirelen, src, dst, proto, sport, dport, flags, seq, ack, win, plen) = cols.values()
+    TCP, UDP, IP, IP6 = dpkt.tcp.TCP, dpkt.udp.UDP, dpkt.ip.IP, dpkt.ip6.IP6
+    with PeakRSS() as mem:
+        t0 = time.perf_counter()
+        with open(ctx.path, "rb") as f:
+            reader = dpkt.pcapng.Reader(f) if ctx.path.suffix == ".pcapng" else dpkt.pcap.Reader(f)
+            for n, (ts, buf) in enumerate(reader, 1):
+                frame.append(n)
+                ts_.append(ts)
+                caplen.append(len(buf))
+                wirelen.append(len(buf))       # dpkt's iterator does not expose the original length
+                ip = dpkt.ethernet.Ethernet(buf).data
+                if isinstance(ip, IP):
+                    src.append(ip.src)
+                    dst.append(ip.dst)
+                    proto.append(ip.p)
+                elif isinstance(ip, IP6):
+                    src.append(ip.src)
+                    dst.append(ip.dst)
+                    proto.append(ip.nxt)
+                else:
+                    src.append(None)
+                    dst.append(None)
+                    proto.append(None)
+                    ip = None
+                l4 = ip.data if ip is not None else None
+                if isinstance(l4, TCP):
+                    sport.append(l4.sport)
+                    dport.append(l4.dport)
+                    flags.append(l4.flags)
+                    seq.append(l4.seq)
+                    ack.append(l4.ack)
+                    win.append(l4.win)
+                    plen.append(len(l4.data))
+                elif isinstance(l4, UDP):
+                    sport.append(l4.sport)
+                    dport.append(l4.dport)
+                    flags.append(None)
+                    seq.append(None)
+                    ack.append(None)
+                    win.append(None)
+                    plen.append(len(l4.data))
+                else:
+                    for c in (sport, dport, flags, seq, ack, win, plen):
+                        c.append(None)
+        wall = time.perf_counter() - t0
+    return Result("dpkt loop", wall, len(frame), mem.peak, note="14 fields into Python lists")
+
+
+def _tshark() -> str | None:
+    return shutil.which("tshark")
+
+
+@stage("tshark fields", tags={"tshark"})
+def stage_tshark_fields(ctx: Ctx) -> Result:
+    exe = _tshark()
+    if exe is None:
+        return Result("tshark fields", status="unavailable", note="tshark not installed")
+    cmd = [exe, "-r", str(ctx.path), "-T", "fields"]
+    for f in TSHARK_FIELDS:
+        cmd += ["-e", f]
+    wall, rss, proc = run_timed(cmd)
+    if proc.returncode:
+        return Result("tshark fields", wall, None, rss, status="failed", note=tail(proc.stderr))
+    return Result("tshark fields", wall, ctx.packets, rss, note=f"{len(TSHARK_FIELDS)} fields, default prefs")
+
+
+@stage("tshark tcp analysis", tags={"tshark"})
+def stage_tshark_tcp_analysis(ctx: Ctx) -> Result:
+    """Two-pass tshark with TCP analysis fields.
+
+    Placeholder: the field list is to be extended to match herdscope's TCP-analysis frame once that
+    exists, so that the row compares like with like.
+    """
+    exe = _tshark()
+    if exe is None:
+        return Result("tshark tcp analysis", status="unavailable", note="tshark not installed")
+    fields = ["frame.number", "tcp.stream", "tcp.analysis.flags", "tcp.analysis.retransmission",
+              "tcp.analysis.fast_retransmission", "tcp.analysis.duplicate_ack_num",
+              "tcp.analysis.zero_window", "tcp.analysis.ack_rtt", "tcp.analysis.bytes_in_flight"]
+    cmd = [exe, "-r", str(ctx.path), "-2", "-T", "fields"]
+    for f in fields:
+        cmd += ["-e", f]
+    wall, rss, proc = run_timed(cmd)
+    if proc.returncode:
+        return Result("tshark tcp analysis", wall, None, rss, status="failed", note=tail(proc.stderr))
+    return Result("tshark tcp analysis", wall, ctx.packets, rss, note="-2 (two-pass), tcp.analysis.* (placeholder)")
+
+
+# ------------------------------------------------------------------------------------------------
+# the capture
+# ------------------------------------------------------------------------------------------------
+
+def synth_digest() -> str:
+    return hashlib.sha256(SYNTH.read_bytes()).hexdigest()[:12]
+
+
+def ensure_capture(cache: Path, packets: int, seed: int, fmt: str, regenerate: bool) -> tuple[Path, float | None]:
+    """The cached capture for these arguments and this version of synth.py (generated if missing)."""
+    cache.mkdir(parents=True, exist_ok=True)
+    stem = f"synth-{packets}-s{seed}-{synth_digest()}"
+    path = cache / f"{stem}.{fmt}"
+    labels = Path(str(path) + ".labels.json")
+    if path.exists() and labels.exists() and not regenerate:
+        return path, None
+    for old in cache.glob(f"synth-{packets}-s{seed}-*.{fmt}*"):      # captures of older synth.py versions
+        if not old.name.startswith(stem):
+            old.unlink()
+    tmp = cache / f".{stem}.tmp.{fmt}"
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, str(SYNTH), "--packets", str(packets), "--seed", str(seed), "--format", fmt,
+                    "--out", str(tmp), "--quiet"], check=True)
+    took = time.perf_counter() - t0
+    os.replace(str(tmp) + ".labels.json", labels)
+    os.replace(tmp, path)
+    return path, took
+
+
+# ------------------------------------------------------------------------------------------------
+# output
+# ------------------------------------------------------------------------------------------------
+
+def fmt_rate(x: float) -> str:
+    return f"{x / 1e6:.2f} M" if x >= 1e6 else f"{x / 1e3:.1f} k"
+
+
+def print_table(ctx: Ctx) -> None:
+    cat = ctx.result("cat")
+    hs = ctx.result("herdscope ingest")
+    cat_s = cat.seconds if cat and cat.status == "ok" else None
+    hs_s = hs.seconds if hs and hs.status == "ok" else None
+    head = (f"{'stage':<20} {'seconds':>9} {'packets/s':>11} {'MB/s':>8} {'peak RSS':>10} {'x cat':>8} "
+            f"{'x ingest':>9}  note")
+    print(head)
+    print("-" * len(head))
+    for r in ctx.results:
+        if r.status in ("unavailable", "skipped"):
+            print(f"{r.name:<20} {'-':>9} {'-':>11} {'-':>8} {'-':>10} {'-':>8} {'-':>9}  {r.note}")
+            continue
+        sec = f"{r.seconds:.3f}" if r.seconds is not None else "-"
+        n = r.packets if r.packets is not None else ctx.packets
+        pps = fmt_rate(n / r.seconds) if r.seconds else "-"
+        mbs = f"{ctx.size / 1e6 / r.seconds:.0f}" if r.seconds else "-"
+        rss = f"{r.peak_rss_kb / 1024:.0f} MB" if r.peak_rss_kb else "-"
+        xcat = f"{r.seconds / cat_s:.1f}" if cat_s and r.seconds else "-"
+        xhs = f"{r.seconds / hs_s:.2f}" if hs_s and r.seconds else "-"
+        note = ("FAILED: " if r.status == "failed" else "") + r.note
+        print(f"{r.name:<20} {sec:>9} {pps:>11} {mbs:>8} {rss:>10} {xcat:>8} {xhs:>9}  {note}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--packets", type=int, default=1_000_000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--format", choices=("pcap", "pcapng"), default="pcap")
+    ap.add_argument("--skip-tshark", action="store_true", help="skip the stages that run tshark")
+    ap.add_argument("--only", action="append", metavar="STAGE", help="run only these stages (repeatable)")
+    ap.add_argument("--json", metavar="OUT", help="write machine-readable results to OUT")
+    ap.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE, help="where captures are cached (.bench/)")
+    ap.add_argument("--regenerate", action="store_true", help="regenerate the capture even if cached")
+    args = ap.parse_args(argv)
+    args.cache_dir = args.cache_dir.resolve()
+
+    path, gen_s = ensure_capture(args.cache_dir, args.packets, args.seed, args.format, args.regenerate)
+    size = path.stat().st_size
+    ctx = Ctx(path, args.packets, size, args)
+    sys.path.insert(0, str(ROOT))
+    print(f"capture   {path} ({args.packets:,} packets, {size / 1e6:.1f} MB"
+          + (f", generated in {gen_s:.1f} s" if gen_s is not None else ", cached") + ")")
+    print(f"machine   {platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, "
+          f"Python {platform.python_version()}")
+    print()
+    failed = False
+    for st in STAGES:
+        if args.only and st.name not in args.only:
+            continue
+        if args.skip_tshark and "tshark" in st.tags:
+            ctx.results.append(Result(st.name, status="skipped", note="--skip-tshark"))
+            continue
+        print(f"... {st.name}", file=sys.stderr, flush=True)
+        try:
+            res = st.fn(ctx)
+        except Exception as e:
+            traceback.print_exc()
+            res = Result(st.name, status="failed", note=f"{type(e).__name__}: {tail(str(e))}")
+        failed |= res.status == "failed"
+        ctx.results.append(res)
+    print_table(ctx)
+    if args.json:
+        doc = {"capture": str(path), "packets": args.packets, "bytes": size, "seed": args.seed,
+               "format": args.format, "generated_s": gen_s, "synth_digest": synth_digest(),
+               "machine": {"node": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version()},
+               "stages": []}
+        for r in ctx.results:
+            d = asdict(r)
+            d["packets_per_s"] = (r.packets or args.packets) / r.seconds if r.seconds else None
+            doc["stages"].append(d)
+        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
