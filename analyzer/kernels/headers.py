@@ -15,7 +15,7 @@ snapshot length cut is reported in ``parse_status``.
 from collections import namedtuple
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from .. import linktypes as lt
 from ..schema import PACKET_COLUMNS, ParseStatus, Present
@@ -460,15 +460,30 @@ def _link_layer(buf, pos, end, linktype, f):
     return -1, ethertype, pos, end, present
 
 
-@njit(cache=True)
+DECODE_BLOCK = 4096  # records per parallel work item
+
+
+@njit(cache=True, parallel=True)
 def decode_headers(buf, records, n, linktype_of, out):
-    """Decode records ``0..n-1``; ``linktype_of[i]`` is record i's link type."""
+    """Decode records ``0..n-1``; ``linktype_of[i]`` is record i's link type. Records are independent,
+    so blocks of them are decoded on all cores. (The parallel loop only calls the sequential block
+    decoder: Numba's parfor transforms mishandle the large inlined body.)"""
+    n_blocks = (n + DECODE_BLOCK - 1) // DECODE_BLOCK
+    for b in prange(n_blocks):
+        _decode_block(buf, records, b * DECODE_BLOCK, min(n, (b + 1) * DECODE_BLOCK), linktype_of, out)
+
+
+@njit(cache=True)
+def _decode_block(buf, records, lo, hi, linktype_of, out):
+    """Records lo..hi-1, one after the other (the body is written out here rather than in a helper
+    that takes ``out``: see the note above the F_* constants)."""
     f = np.zeros(N_FIELDS, np.int64)
-    for i in range(n):
+    for i in range(lo, hi):
+        linktype = linktype_of[i]
         f[:] = 0
         start = records.data_off[i]
         end = start + np.int64(records.caplen[i])
-        status, ethertype, pos, l3_end, present = _link_layer(buf, start, end, linktype_of[i], f)
+        status, ethertype, pos, l3_end, present = _link_layer(buf, start, end, linktype, f)
         # Bytes on the wire after the link header; NFLOG bounds its payload attribute itself.
         wire_end = max(end, start + np.int64(records.wirelen[i])) if l3_end == end else l3_end
         f[F_ETHERTYPE] = ethertype

@@ -42,12 +42,27 @@ def _insert(hi, lo, fam, slots, addr_hi, addr_lo, addr_fam, count):
 
 @njit(cache=True)
 def intern_pairs(hi, lo, fam, n, slots, addr_hi, addr_lo, addr_fam, count, out_ids):
-    """Intern ``n`` addresses; rows with family 0 (no address) get id 0xFFFFFFFF."""
+    """Intern ``n`` addresses; rows with family 0 (no address) get id 0xFFFFFFFF.
+
+    Conversations alternate between two addresses, so the last two ids are checked before hashing."""
+    last_a = _EMPTY
+    last_b = _EMPTY
     for i in range(n):
-        if fam[i] == 0:
+        f = fam[i]
+        if f == 0:
             out_ids[i] = _EMPTY
+            continue
+        h, l = hi[i], lo[i]
+        if last_a != _EMPTY and addr_lo[last_a] == l and addr_hi[last_a] == h and addr_fam[last_a] == f:
+            ident = last_a
+        elif last_b != _EMPTY and addr_lo[last_b] == l and addr_hi[last_b] == h and addr_fam[last_b] == f:
+            ident = last_b
         else:
-            out_ids[i] = _insert(hi[i], lo[i], fam[i], slots, addr_hi, addr_lo, addr_fam, count)
+            ident = _insert(h, l, f, slots, addr_hi, addr_lo, addr_fam, count)
+        out_ids[i] = ident
+        if ident != last_a:
+            last_b = last_a
+            last_a = ident
 
 
 @njit(cache=True)

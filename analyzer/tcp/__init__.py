@@ -125,8 +125,8 @@ def analyze_segments(cap, params: an.Params = an.Params()) -> tuple[pl.DataFrame
         nullable("rto_ns", out.rto_ns, -1), nullable("rto_frame", out.rto_frame, 0),
         nullable("since_prev_same_dir_ns", out.since_prev_same_dir_ns, -1),
         nullable("initial_rtt_ns", out.initial_rtt_ns, -1),
+        pl.Series("seq_rel", out.seq_rel), nullable("ack_rel", out.ack_rel, -1).cast(pl.UInt32),
     )
-    tcp = _relative_numbers(tcp)
     seg_frame = tcp.select(
         "frame", "conn", "from_client", "seq_rel", "ack_rel", pl.col("payload_len").alias("seglen"),
         *[c for c in SEGMENT_DESCRIPTIONS if c not in ("frame", "conn", "from_client", "seq_rel", "ack_rel",
@@ -141,36 +141,6 @@ def analyze_segments(cap, params: an.Params = an.Params()) -> tuple[pl.DataFrame
         ((pl.col("analysis") & an.ANY_RETRANSMISSION) != 0).alias("is_retransmission"),
     )
     return seg_frame, connections_frame(conn_input)
-
-
-def _relative_numbers(tcp: pl.DataFrame) -> pl.DataFrame:
-    """Wireshark's relative sequence numbers. A direction's base is its SYN's sequence number; without
-    a SYN first, the other side's first ACK before it (ack - 1), else its first sequence number - 1."""
-    ordered = tcp.sort("frame")
-    first = ordered.group_by("conn", "side").agg(
-        pl.col("frame").first().alias("first_frame"), pl.col("seq").first().cast(pl.Int64).alias("first_seq"),
-        ((pl.col("tcp_flags").first() & SYN) != 0).alias("first_is_syn"),
-    )
-    peer_ack = ordered.filter((pl.col("tcp_flags") & ACK) != 0).group_by("conn", "side").agg(
-        pl.col("frame").first().alias("ack_frame"), pl.col("ack").first().cast(pl.Int64).alias("first_ack"),
-    ).with_columns((1 - pl.col("side")).cast(pl.UInt8).alias("side"))  # an ACK from side s sets 1 - s
-    bases = first.join(peer_ack, on=["conn", "side"], how="left").select(
-        "conn", "side",
-        pl.when(pl.col("first_is_syn")).then(pl.col("first_seq"))
-        .when(pl.col("ack_frame") < pl.col("first_frame")).then(pl.col("first_ack") - 1)
-        .otherwise(pl.col("first_seq") - 1).alias("base"),
-    )
-    peer = bases.with_columns((1 - pl.col("side")).cast(pl.UInt8).alias("side")).rename({"base": "peer_base"})
-    mod = 1 << 32
-    return (
-        ordered.join(bases, on=["conn", "side"], how="left").join(peer, on=["conn", "side"], how="left")
-        .with_columns(
-            ((pl.col("seq").cast(pl.Int64) - pl.col("base")) % mod).cast(pl.UInt32).alias("seq_rel"),
-            pl.when((pl.col("tcp_flags") & ACK) != 0)
-            .then(((pl.col("ack").cast(pl.Int64) - pl.col("peer_base").fill_null(pl.col("ack").cast(pl.Int64) - 1))
-                   % mod).cast(pl.UInt32)).alias("ack_rel"),
-        )
-    )
 
 
 @frame_builder("tcp_segments")

@@ -74,7 +74,7 @@ Segments = namedtuple("Segments", ["conn", "side", "ts", "frame", "seq", "ack", 
                                    "seglen", "sack_start", "sack_count"])
 Analysis = namedtuple("Analysis", ["flags", "dupack_num", "dupack_frame", "acks_frame", "ack_rtt_ns", "rtt_ns",
                                    "bytes_in_flight", "pipe_bytes", "window_size", "rto_ns", "rto_frame",
-                                   "since_prev_same_dir_ns", "initial_rtt_ns"])
+                                   "since_prev_same_dir_ns", "initial_rtt_ns", "seq_rel", "ack_rel"])
 
 
 def allocate_analysis(n: int) -> Analysis:
@@ -82,7 +82,7 @@ def allocate_analysis(n: int) -> Analysis:
                     np.zeros(n, np.uint32), np.full(n, -1, np.int64), np.full(n, -1, np.int64),
                     np.full(n, -1, np.int64), np.full(n, -1, np.int64), np.full(n, -1, np.int64),
                     np.full(n, -1, np.int64), np.zeros(n, np.uint32), np.full(n, -1, np.int64),
-                    np.full(n, -1, np.int64))
+                    np.full(n, -1, np.int64), np.zeros(n, np.uint32), np.full(n, -1, np.int64))
 
 
 @njit(cache=True, inline="always")
@@ -200,6 +200,10 @@ def analyze(seg, n_conn, sack_left, sack_right, ooo_default_ns, use_hs_rtt, out)
             base_set[rev] = True
         if flags & TH_ACK:
             valid_bif[rev] = True
+        # Wireshark's relative sequence numbers (tcp.seq / tcp.ack)
+        out.seq_rel[i] = _u32(seq - base_seq[fwd])
+        if flags & TH_ACK:
+            out.ack_rel[i] = _u32(ack - base_seq[rev])
 
         # SACK scoreboard of the data this segment's sender has *received* (it describes rev's data)
         for k in range(seg.sack_count[i]):
