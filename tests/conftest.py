@@ -2,6 +2,13 @@ import os
 import sys
 
 import pytest
+from hypothesis import settings
+
+# CI runs the same examples every time (a red build must mean a change broke something); developers
+# hunting for new failures run with HYPOTHESIS_PROFILE=explore.
+settings.register_profile("default", derandomize=True)
+settings.register_profile("explore", derandomize=False, max_examples=1000)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 sys.path.insert(0, os.path.dirname(__file__))  # tests/builders.py, tests/tshark_ref.py
 

@@ -49,13 +49,14 @@ EVENT_UNKNOWN_BLOCK = 10
 EVENT_SECTIONS = 11
 EVENT_BAD_OPTION = 12  # IDB option running past its block: options ignored from there
 EVENT_JOURNAL = 13
-N_COUNTS = 14
+EVENT_TS_UNREPRESENTABLE = 14  # a time beyond ±292 years of 1970 in ns: previous time reused, counted
+N_COUNTS = 15
 
 COUNT_NAMES = (
     "unknown_interface", "caplen_exceeds_block", "too_many_interfaces", "bad_interface_block",
     "timestamps_backwards", "simple_packet_blocks_without_timestamp", "name_resolution_blocks",
     "interface_statistics_blocks", "decryption_secrets_blocks", "custom_blocks", "unknown_blocks",
-    "sections", "bad_block_options", "systemd_journal_blocks",
+    "sections", "bad_block_options", "systemd_journal_blocks", "timestamps_unrepresentable",
 )
 # Which counts are packets that were *not* turned into rows (the rest are informational).
 SKIPPED_PACKET_COUNTS = (SKIP_UNKNOWN_INTERFACE, SKIP_CAPLEN_EXCEEDS_BLOCK)
@@ -64,6 +65,8 @@ MAX_INTERFACES = 65536
 
 # Largest record Wireshark accepts without an explicit bigger snaplen (WTAP_MAX_PACKET_SIZE_STANDARD).
 MAX_STANDARD_RECORD = 262144
+# A file header may announce a bigger snapshot length (USB, GRO captures); it is believed up to this.
+MAX_TRUSTED_SNAPLEN = 64 << 20
 
 # pcapng block types
 BT_SHB = 0x0A0D0D0A
@@ -131,9 +134,19 @@ def new_state(big_endian: bool) -> np.ndarray:
     return state
 
 
+NS_LIMIT = 9.2e18  # |ns| an int64 can hold, with a margin
+
+
+@njit(cache=True)
+def ticks_fit(ticks, pow2, exp):
+    """Whether ``ticks`` of this resolution (plus an if_tsoffset) are representable as int64 ns."""
+    scale = 1e9 / (2.0 ** exp) if pow2 else 10.0 ** (9 - exp)
+    return abs(np.float64(ticks) * scale) < NS_LIMIT
+
+
 @njit(cache=True)
 def ticks_to_ns(ticks, pow2, exp):
-    """Timestamp units of an interface (``if_tsresol``) to nanoseconds."""
+    """Timestamp units of an interface (``if_tsresol``) to nanoseconds (check ``ticks_fit`` first)."""
     if pow2:
         if exp == 0:
             return ticks * 1_000_000_000
@@ -160,7 +173,7 @@ def walk_pcap(buf, off, big_endian, nanosecond, record_header_len, snaplen, out,
     """Classic pcap records from ``off`` (just after the 24-byte file header, or a previous stop)."""
     end = buf.shape[0]
     capacity = out.data_off.shape[0]
-    max_record = max(snaplen, MAX_STANDARD_RECORD)
+    max_record = max(min(snaplen, MAX_TRUSTED_SNAPLEN), MAX_STANDARD_RECORD)
     n = 0
     while n < capacity:
         if off >= end:
@@ -291,9 +304,14 @@ def walk_pcapng(buf, off, out, ifaces, state, counts):
                     counts[SKIP_CAPLEN_EXCEEDS_BLOCK] += 1
                 else:
                     ticks = (u32(buf, off + 12, big_endian) << 32) | u32(buf, off + 16, big_endian)
-                    ts = (ticks_to_ns(ticks, ifaces.ts_pow2[iface], ifaces.ts_exp[iface])
-                          + ifaces.ts_offset_s[iface] * 1_000_000_000)
-                    _note_ts(ts, state, counts)
+                    pow2, exp = ifaces.ts_pow2[iface], ifaces.ts_exp[iface]
+                    offset_s = ifaces.ts_offset_s[iface]
+                    if ticks_fit(ticks, pow2, exp) and abs(offset_s) < 9e9:
+                        ts = ticks_to_ns(ticks, pow2, exp) + offset_s * 1_000_000_000
+                        _note_ts(ts, state, counts)
+                    else:
+                        counts[EVENT_TS_UNREPRESENTABLE] += 1
+                        ts = state[ST_LAST_TS]
                     out.data_off[n] = off + 28
                     out.caplen[n] = caplen
                     out.wirelen[n] = u32(buf, off + 24, big_endian)

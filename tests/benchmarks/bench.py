@@ -219,6 +219,35 @@ def _herdscope_cmd() -> tuple[list[str], str] | None:
     return None
 
 
+@stage("herdscope tcp")
+def stage_herdscope_tcp(ctx: Ctx) -> Result:
+    """Ingest + TCP connections and segment analysis + reassembly and framing for the four protocols."""
+    try:
+        from analyzer import open_capture
+        from analyzer.tcp import tcp_messages
+    except Exception as e:
+        return Result("herdscope tcp", status="unavailable", note=f"not available yet ({type(e).__name__}: {e})")
+
+    def run():
+        cap = open_capture(ctx.path)
+        seg = cap.frame("tcp_segments")
+        conns = cap.frame("connections")
+        n_msgs = sum(ms.height for framing, ports in (("nbss", {445, 139}), ("record_mark", {88}),
+                                                      ("length16", {53}), ("ber", {389, 3268}))
+                     for ms in tcp_messages(cap, framing, ports))
+        return cap, seg.height, conns.height, n_msgs
+
+    run()  # warm: Numba caches
+    with PeakRSS() as mem:
+        t0 = time.perf_counter()
+        cap, n_seg, n_conn, n_msgs = run()
+        wall = time.perf_counter() - t0
+    getattr(cap, "close", lambda: None)()
+    return Result("herdscope tcp", wall, ctx.packets, mem.peak,
+                  note=f"in process: ingest + {n_seg:,} segments analysed, {n_conn:,} connections, "
+                       f"{n_msgs:,} messages framed")
+
+
 @stage("herdscope export")
 def stage_herdscope_export(ctx: Ctx) -> Result:
     found = _herdscope_cmd()
@@ -315,22 +344,25 @@ def stage_tshark_fields(ctx: Ctx) -> Result:
 def stage_tshark_tcp_analysis(ctx: Ctx) -> Result:
     """Two-pass tshark with TCP analysis fields.
 
-    Placeholder: the field list is to be extended to match herdscope's TCP-analysis frame once that
-    exists, so that the row compares like with like.
+    The same flags and measures herdscope's tcp_segments frame holds.
     """
     exe = _tshark()
     if exe is None:
         return Result("tshark tcp analysis", status="unavailable", note="tshark not installed")
-    fields = ["frame.number", "tcp.stream", "tcp.analysis.flags", "tcp.analysis.retransmission",
-              "tcp.analysis.fast_retransmission", "tcp.analysis.duplicate_ack_num",
-              "tcp.analysis.zero_window", "tcp.analysis.ack_rtt", "tcp.analysis.bytes_in_flight"]
+    fields = ["frame.number", "tcp.stream", "tcp.seq", "tcp.ack", "tcp.len", "tcp.window_size",
+              "tcp.analysis.flags", "tcp.analysis.retransmission", "tcp.analysis.fast_retransmission",
+              "tcp.analysis.spurious_retransmission", "tcp.analysis.out_of_order", "tcp.analysis.lost_segment",
+              "tcp.analysis.ack_lost_segment", "tcp.analysis.duplicate_ack_num", "tcp.analysis.zero_window",
+              "tcp.analysis.zero_window_probe", "tcp.analysis.window_full", "tcp.analysis.window_update",
+              "tcp.analysis.keep_alive", "tcp.analysis.acks_frame", "tcp.analysis.ack_rtt",
+              "tcp.analysis.bytes_in_flight", "tcp.analysis.initial_rtt"]
     cmd = [exe, "-r", str(ctx.path), "-2", "-T", "fields"]
     for f in fields:
         cmd += ["-e", f]
     wall, rss, proc = run_timed(cmd)
     if proc.returncode:
         return Result("tshark tcp analysis", wall, None, rss, status="failed", note=tail(proc.stderr))
-    return Result("tshark tcp analysis", wall, ctx.packets, rss, note="-2 (two-pass), tcp.analysis.* (placeholder)")
+    return Result("tshark tcp analysis", wall, ctx.packets, rss, note=f"-2 (two-pass), {len(fields)} tcp fields")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -394,6 +426,29 @@ def print_table(ctx: Ctx) -> None:
         print(f"{r.name:<20} {sec:>9} {pps:>11} {mbs:>8} {rss:>10} {xcat:>8} {xhs:>9}  {note}")
 
 
+RATIOS = [  # (what the issues ask, slow stage, fast stage, target)
+    ("ingest vs cat (in process)", "herdscope ingest", "cat", 3.0),
+    ("tshark fields / herdscope export", "tshark fields", "herdscope export", 20.0),
+    ("dpkt loop / herdscope export", "dpkt loop", "herdscope export", 10.0),
+    ("tshark -2 tcp analysis / herdscope tcp", "tshark tcp analysis", "herdscope tcp", 10.0),
+]
+
+
+def print_ratios(ctx: Ctx) -> None:
+    print()
+    for label, a, b, target in RATIOS:
+        ra, rb = ctx.result(a), ctx.result(b)
+        if not (ra and rb and ra.seconds and rb.seconds and ra.status == rb.status == "ok"):
+            continue
+        ratio = ra.seconds / rb.seconds
+        if a == "herdscope ingest":  # lower is better: within target x cat
+            verdict = "ok" if ratio <= target else "MISSES"
+            print(f"{label:<42} {ratio:6.1f}x   (target <= {target:g}x: {verdict})")
+        else:
+            verdict = "ok" if ratio >= target else "MISSES"
+            print(f"{label:<42} {ratio:6.1f}x   (target >= {target:g}x: {verdict})")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--packets", type=int, default=1_000_000)
@@ -432,6 +487,7 @@ def main(argv=None) -> int:
         failed |= res.status == "failed"
         ctx.results.append(res)
     print_table(ctx)
+    print_ratios(ctx)
     if args.json:
         doc = {"capture": str(path), "packets": args.packets, "bytes": size, "seed": args.seed,
                "format": args.format, "generated_s": gen_s, "synth_digest": synth_digest(),
