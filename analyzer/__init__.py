@@ -8,6 +8,7 @@
 from .capture import Capture, open_capture
 from .errors import HerdscopeError, UnreadableCapture
 from . import tcp as _tcp  # noqa: F401,E402 - registers the tcp_segments and connections frames
+from .decoders import registry as _decoders  # noqa: F401,E402 - registers the protocol frames
 
 __version__ = "0.1.0"
 __all__ = ["Capture", "open_capture", "HerdscopeError", "UnreadableCapture", "__version__"]

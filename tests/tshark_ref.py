@@ -413,6 +413,29 @@ def tshark_run(path: Union[str, os.PathLike], fields: Sequence[str], *,
     return TsharkResult(frame, stderr, proc.returncode, command)
 
 
+def tshark_raw(path: Union[str, os.PathLike], args: Sequence[str], *, cache: bool = True,
+               timeout: float = 600) -> tuple[str, str, int]:
+    """``tshark -r PATH ARGS...`` with the same environment and cache as :func:`tshark_run`, for
+    outputs other than ``-T fields`` (``-T json``, ``-z`` statistics). Returns (stdout, stderr, rc)."""
+    exe = _tshark_exe()
+    if exe is None or not have_tshark():
+        raise TsharkError("tshark is not installed", command=[TSHARK], returncode=-1, stderr="")
+    p = Path(path).resolve()
+    args = list(args)
+    directory = cache_dir() if cache else None
+    key = _cache_key(p, args) if directory is not None else ""
+    hit = _cache_load(directory, key) if directory is not None else None
+    if hit is not None:
+        return hit
+    command = (exe, "-r", str(p), *args)
+    proc = subprocess.run(command, capture_output=True, timeout=timeout, env=_tshark_env())
+    stdout = proc.stdout.decode("utf-8", errors="replace")
+    stderr = proc.stderr.decode("utf-8", errors="replace")
+    if directory is not None and proc.returncode == 0:
+        _cache_store(directory, key, stdout, stderr, proc.returncode, command)
+    return stdout, stderr, proc.returncode
+
+
 def tshark_fields(path: Union[str, os.PathLike], fields: Sequence[str], *,
                   display_filter: str | None = None, two_pass: bool = False,
                   prefs: Mapping[str, object] | None = None, occurrence: str | int = "a",

@@ -1,0 +1,5 @@
+"""Imports every decoder so its frame builders are registered with ``analyzer.capture``.
+
+``cap.frame("dns_messages")`` etc. work once this module is imported (``analyzer`` does it).
+"""
+from . import dns  # noqa: F401
