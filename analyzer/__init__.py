@@ -5,10 +5,10 @@
         cap.packets          # one row per record (see analyzer.schema)
         cap.report           # damage, skips and events met while reading
 """
-from .capture import Capture, open_capture
+from .capture import Capture, open_capture, open_captures
 from .errors import HerdscopeError, UnreadableCapture
 from . import tcp as _tcp  # noqa: F401,E402 - registers the tcp_segments and connections frames
 from .decoders import registry as _decoders  # noqa: F401,E402 - registers the protocol frames
 
 __version__ = "0.1.0"
-__all__ = ["Capture", "open_capture", "HerdscopeError", "UnreadableCapture", "__version__"]
+__all__ = ["Capture", "open_capture", "open_captures", "HerdscopeError", "UnreadableCapture", "__version__"]

@@ -31,15 +31,20 @@ class Capture:
     """A capture file read into frames. Use as a context manager or call :meth:`close`."""
 
     def __init__(self, path: str | os.PathLike, *, chunk_records: int = DEFAULT_CHUNK_RECORDS,
-                 progress: bool | None = None):
+                 progress: bool | None = None, _parts=None):
         self.path = os.fspath(path)
-        data, tables = read_tables(self.path, chunk_records=chunk_records, progress=progress)
+        if _parts is None:
+            data, tables = read_tables(self.path, chunk_records=chunk_records, progress=progress)
+        else:
+            data, tables = _parts
         self._data: CaptureBytes = data
         self._tables: PacketTables = tables
         self._frames: dict[str, pl.DataFrame] = {
             "packets": tables.packets, "tcp_sack": tables.tcp_sack,
             "icmp_errors": tables.icmp_errors, "interfaces": tables.interfaces,
         }
+        self.reports: list[tuple[str, ReadReport]] = [(self.path, tables.report)]
+        self.files: list[str] = [self.path]
 
     # -- bytes ---------------------------------------------------------------------------------
     @property
@@ -103,3 +108,56 @@ class Capture:
 def open_capture(path: str | os.PathLike, **options) -> Capture:
     """Read ``path`` (pcap, pcapng, optionally gzip-compressed) into a :class:`Capture`."""
     return Capture(path, **options)
+
+
+def _merge_enum(frames: list[pl.DataFrame], columns: tuple[str, ...]) -> list[pl.DataFrame]:
+    texts = set()
+    for f in frames:
+        for c in columns:
+            texts.update(v for v in f[c].cast(pl.String).unique().to_list() if v is not None)
+    enum = pl.Enum(sorted(texts))
+    return [f.with_columns(pl.col(c).cast(pl.String).cast(enum) for c in columns) for f in frames]
+
+
+def open_captures(paths: list[str | os.PathLike], **options) -> Capture:
+    """Several files read as one capture: the pieces of a ring buffer, joined in time order.
+
+    Frame numbers run on across files as in the output of ``mergecap -a`` on the files in this order;
+    payload offsets index one buffer holding the files' bytes one after the other (a copy).
+    """
+    caps = [open_capture(p, **options) for p in paths]
+    if len(caps) == 1:
+        return caps[0]
+    caps.sort(key=lambda c: (c.packets["ts_ns"].min() if c.packets.height else 0) or 0)
+    frame_base, buf_base, iface_base = 0, 0, 0
+    packets, sacks, icmps, ifaces = [], [], [], []
+    for k, c in enumerate(caps):
+        p = c.packets
+        packets.append(p.with_columns(pl.col("frame") + frame_base, pl.col("payload_offset") + buf_base,
+                                      pl.col("iface") + iface_base))
+        sacks.append(c.frame("tcp_sack").with_columns(pl.col("frame") + frame_base))
+        icmps.append(c.frame("icmp_errors").with_columns(pl.col("frame") + frame_base))
+        ifaces.append(c.frame("interfaces").with_columns(pl.col("iface") + iface_base))
+        frame_base += p.height
+        buf_base += len(c.buf)
+        iface_base += c.frame("interfaces").height
+    packets = pl.concat(_merge_enum(packets, ("src", "dst")))
+    icmps = pl.concat(_merge_enum(icmps, ("inner_src", "inner_dst")))
+    buf = np.concatenate([c.buf for c in caps])
+    first = caps[0]
+    report = ReadReport(format=" + ".join(c.report.format for c in caps), records=packets.height,
+                        counts={}, parse_status={})
+    for c in caps:
+        for key, n in c.report.counts.items():
+            report.counts[key] = report.counts.get(key, 0) + n
+        for key, n in c.report.parse_status.items():
+            report.parse_status[key] = report.parse_status.get(key, 0) + n
+    tables = PacketTables(packets, pl.concat(sacks), icmps, pl.concat(ifaces), report, first.file_format,
+                          first.section_info)
+    data = CaptureBytes("+".join(c.path for c in caps), buf, False, sum(c._data.file_size for c in caps))
+    merged = Capture(data.path, _parts=(data, tables))
+    merged.reports = [(c.path, c.report) for c in caps]
+    merged.files = [c.path for c in caps]
+    for c in caps:
+        c.close()
+    return merged

@@ -94,6 +94,96 @@ def export(file: str, out_dir: str, frames: str) -> int:
     return ExitCode.OK
 
 
+SEVERITY_CHOICES = ["informational", "low", "medium", "high", "critical"]
+
+
+@cli.command(help=f"Run the detectors over captures and report findings.\n\n"
+                  f"Several files are analysed as one capture (the pieces of a ring buffer, joined in time "
+                  f"order; evidence frame numbers then count across the files as mergecap -a would), or each "
+                  f"on its own with --separate. The JSON/NDJSON schema is documented in analyzer/scan.py and "
+                  f"the README.\n\n{EXIT_CODES_HELP}")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--detectors", "detector_list", metavar="A,B", help="run only these detectors")
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False),
+              help="TOML file: [scan] detectors/fail_on, and [DETECTOR] parameter tables")
+@click.option("--set", "sets", multiple=True, metavar="DETECTOR.PARAM=VALUE", help="override a parameter")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "ndjson", "parquet", "junit"]),
+              default="table", show_default=True)
+@click.option("--output", "output", type=click.Path(dir_okay=False), help="write to this file (stdout otherwise)")
+@click.option("--fail-on", "fail_on", type=click.Choice(SEVERITY_CHOICES), default=None,
+              help="exit 1 when a finding reaches this severity (default: high)")
+@click.option("--separate", is_flag=True, help="analyse each file on its own")
+def scan(files, detector_list, config_path, sets, fmt, output, fail_on, separate) -> int:
+    import polars as pl
+
+    from detectors import ParameterError, at_least, available, run
+
+    from .capture import open_captures
+    from .scan import capture_summary, finding_records, load_config, render, render_table
+
+    try:
+        cfg = load_config(config_path, sets, detector_list, fail_on)
+    except (ValueError, OSError) as exc:
+        raise click.UsageError(str(exc)) from exc
+    if cfg.fail_on not in SEVERITY_CHOICES:
+        raise click.UsageError(f"fail_on {cfg.fail_on!r}: expected one of {', '.join(SEVERITY_CHOICES)}")
+    if fmt == "parquet" and not output:
+        raise click.UsageError("--format parquet needs --output PATH")
+    groups = [[f] for f in files] if separate else [list(files)]
+    results, frames = [], []
+    code = ExitCode.OK
+    for group in groups:
+        try:
+            cap = open_captures(group)
+        except UnreadableCapture as exc:
+            _fail(str(exc))
+            code = ExitCode.UNREADABLE
+            continue
+        try:
+            findings = run(cap, only=cfg.detectors, overrides=cfg.overrides)
+        except ParameterError as exc:
+            raise click.UsageError(str(exc)) from exc
+        names = cfg.detectors or list(available())
+        label = "+".join(group)
+        results.append((capture_summary(cap, group, findings, names), finding_records(findings, label)))
+        frames.append(findings.with_columns(pl.lit(label).alias("capture")))
+        if at_least(findings, cfg.fail_on).height and code == ExitCode.OK:
+            code = ExitCode.FINDINGS
+        cap.close()
+    if fmt == "table":
+        if output:
+            from rich.console import Console
+            with open(output, "w") as fh:
+                render_table(results, cfg.fail_on, Console(file=fh, width=120, highlight=False))
+        else:
+            render_table(results, cfg.fail_on)
+    elif fmt == "parquet":
+        (pl.concat(frames) if frames else pl.DataFrame()).write_parquet(output)
+    else:
+        text = render(results, frames, fmt, cfg.fail_on)
+        if output:
+            with open(output, "w") as fh:
+                fh.write(text)
+        else:
+            click.echo(text, nl=False)
+    return code
+
+
+@cli.command(help="Open the Streamlit dashboard on localhost with these captures loaded (or the bundled "
+                  "samples and an upload box without any).")
+@click.argument("files", nargs=-1, type=click.Path(dir_okay=False))
+@click.option("--port", default=8501, show_default=True, type=int)
+@click.option("--address", default="127.0.0.1", show_default=True, help="address to listen on")
+@click.option("--root", "browse_root", type=click.Path(file_okay=False), default=None,
+              help="directory the path field may read captures from (default: the current directory)")
+@click.option("--max-upload-mb", default=200, show_default=True, type=int)
+def dashboard(files, port, address, browse_root, max_upload_mb) -> int:
+    from dashboards.launch import launch
+
+    return launch(list(files), port=port, address=address, browse_root=browse_root,
+                  max_upload_mb=max_upload_mb)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code instead of exiting when called from Python."""
     args = sys.argv[1:] if argv is None else list(argv)

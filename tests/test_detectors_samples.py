@@ -1,0 +1,98 @@
+"""Golden findings: every real-server sample fires the detectors its manifest names, about when and
+where it says, and stays silent (nothing >= medium) for the others; healthy twins and the ordinary
+corpus captures stay silent altogether. False positives are bugs.
+
+Expectations for detectors that do not exist yet are skipped, not passed.
+"""
+import tomllib
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from analyzer import open_capture
+from detectors import at_least, available, run
+from detectors.base import SEVERITY_RANK
+from tshark_ref import corpus_files
+
+ROOT = Path(__file__).parent.parent
+SAMPLES = ROOT / "samples"
+MANIFEST = tomllib.loads((SAMPLES / "MANIFEST.toml").read_text())["capture"]
+CORPUS = Path(__file__).parent / "data" / "corpus"
+
+_cache: dict[str, tuple[pl.DataFrame, int]] = {}
+
+
+def findings_of(path: Path) -> tuple[pl.DataFrame, int]:
+    key = str(path)
+    if key not in _cache:
+        with open_capture(path) as cap:
+            first = int(cap.packets["ts_ns"].min())
+            _cache[key] = (run(cap), first)
+    return _cache[key]
+
+
+def _matches(f: pl.DataFrame, expect: dict, first_ns: int) -> pl.DataFrame:
+    lo = first_ns + int((expect["start_s"] - expect["tolerance_s"]) * 1e9)
+    hi = first_ns + int((expect["start_s"] + expect["tolerance_s"]) * 1e9)
+    out = f.filter((pl.col("detector") == expect["detector"])
+                   & (pl.col("severity").to_physical() >= SEVERITY_RANK[expect["min_severity"]])
+                   & pl.col("start_ns").is_between(lo, hi))
+    if expect.get("server"):
+        out = out.filter(pl.col("server").fill_null("").str.contains(expect["server"], literal=True))
+    return out
+
+
+EXPECTS = [(c["file"], k, e) for c in MANIFEST for k, e in enumerate(c.get("expect", []))]
+
+
+@pytest.mark.parametrize("file,k,expect", EXPECTS, ids=[f"{f}#{k}-{e['detector']}" for f, k, e in EXPECTS])
+def test_pathological_sample_fires(file, k, expect):
+    if expect["detector"] not in available():
+        pytest.skip(f"detector {expect['detector']} not written yet")
+    f, first = findings_of(SAMPLES / file)
+    hits = _matches(f, expect, first)
+    lo, hi = expect["count"] - expect["count_tolerance"], expect["count"] + expect["count_tolerance"]
+    assert lo <= hits.height <= hi, (
+        f"{hits.height} {expect['detector']} findings >= {expect['min_severity']} near {expect['start_s']} s; "
+        f"all findings: {f.select('detector', 'kind', 'severity', 'start_ns', 'server', 'resource').to_dicts()}")
+    if expect.get("resource"):
+        res = expect["resource"].lower()
+        assert any(res in (r or "").lower() or (r or "").lower() in res for r in hits["resource"].to_list()), \
+            hits["resource"].to_list()
+
+
+SILENT = [(c["file"], d) for c in MANIFEST for d in c.get("silent", [])]
+
+
+@pytest.mark.parametrize("file,detector", SILENT, ids=[f"{f}-{d}" for f, d in SILENT])
+def test_sample_stays_silent_for_other_detectors(file, detector):
+    if detector not in available():
+        pytest.skip(f"detector {detector} not written yet")
+    f, _ = findings_of(SAMPLES / file)
+    loud = at_least(f.filter(pl.col("detector") == detector), "medium")
+    assert loud.height == 0, loud.select("kind", "severity", "explanation").to_dicts()
+
+
+HEALTHY = [c["file"] for c in MANIFEST if c["healthy"]]
+
+
+@pytest.mark.parametrize("file", HEALTHY)
+def test_healthy_twin_has_nothing_medium_or_worse(file):
+    if not available():
+        pytest.skip("no detectors yet")
+    f, _ = findings_of(SAMPLES / file)
+    loud = at_least(f, "medium")
+    assert loud.height == 0, loud.select("detector", "kind", "severity", "explanation").to_dicts()
+
+
+NORMAL = sorted(r["file"] for r in corpus_files("normal"))
+
+
+@pytest.mark.parametrize("rel", NORMAL)
+def test_ordinary_corpus_capture_has_nothing_medium_or_worse(rel):
+    if not available():
+        pytest.skip("no detectors yet")
+    f, _ = findings_of(CORPUS / rel)
+    loud = at_least(f, "medium")
+    assert loud.height == 0, loud.select("detector", "kind", "severity", "explanation").to_dicts()
