@@ -94,6 +94,32 @@ def export(file: str, out_dir: str, frames: str) -> int:
     return ExitCode.OK
 
 
+@cli.command(help=f"Service response times per protocol and operation (DNS, Kerberos, LDAP, SMB2): count, "
+                  f"errors, min/p50/p90/p99/max latency, with SMB2 STATUS_PENDING waits and oplock/lease "
+                  f"break acknowledgments.\n\n{EXIT_CODES_HELP}")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="json: one object per file: {file, stats: [row...]} (columns in analyzer/stats.py)")
+def stats(files: tuple[str, ...], fmt: str) -> int:
+    from .capture import open_capture
+    from .stats import render_table, service_response_times
+
+    code = ExitCode.OK
+    for path in files:
+        try:
+            with open_capture(path) as cap:
+                table = service_response_times(cap)
+        except UnreadableCapture as exc:
+            _fail(str(exc))
+            code = ExitCode.UNREADABLE
+            continue
+        if fmt == "json":
+            click.echo(json.dumps({"file": path, "stats": table.to_dicts()}))
+        else:
+            render_table(table, f"Service response times: {path}")
+    return code
+
+
 SEVERITY_CHOICES = ["informational", "low", "medium", "high", "critical"]
 
 
@@ -152,9 +178,9 @@ def scan(files, detector_list, config_path, sets, fmt, output, fail_on, separate
         cap.close()
     if fmt == "table":
         if output:
-            from rich.console import Console
+            from .render import console as make_console
             with open(output, "w") as fh:
-                render_table(results, cfg.fail_on, Console(file=fh, width=120, highlight=False))
+                render_table(results, cfg.fail_on, make_console(fh))
         else:
             render_table(results, cfg.fail_on)
     elif fmt == "parquet":

@@ -1,10 +1,16 @@
 """Human-readable output with rich: the ``info`` summary."""
 from __future__ import annotations
 
+import sys
+
 from rich.console import Console
 from rich.table import Table
 
-_console = Console(highlight=False, soft_wrap=False)
+
+def console(file=None) -> Console:
+    """A console for tables: the terminal's width on a terminal, 140 columns in pipes and files."""
+    target = file or sys.stdout
+    return Console(file=file, highlight=False, width=None if target.isatty() else 140)
 
 
 def _duration(seconds: float) -> str:
@@ -22,8 +28,8 @@ def _resolution(ns: float | None) -> str:
     return names.get(ns, f"{ns:g} ns")
 
 
-def print_summary(s: dict, console: Console | None = None) -> None:
-    console = console or _console
+def print_summary(s: dict, out: Console | None = None) -> None:
+    out = out or console()
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold")
     t.add_column()
@@ -75,5 +81,5 @@ def print_summary(s: dict, console: Console | None = None) -> None:
                                    f"zero windows, {tcp['lost_segments']:,} not captured before")
     if s["events"]:
         t.add_row("Notes:", ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in s["events"].items()))
-    console.print(t)
-    console.print()
+    out.print(t)
+    out.print()

@@ -110,12 +110,13 @@ def wireshark_filter(frames: list[int]) -> str:
 
 
 def render_table(results: list[tuple[dict, list[dict]]], fail_on: str, console=None) -> None:
-    from rich.console import Console
     from rich.panel import Panel
 
     from detectors.base import SEVERITIES
 
-    console = console or Console(highlight=False)
+    from .render import console as make_console
+
+    console = console or make_console()
     colours = {"critical": "bold red", "high": "red", "medium": "yellow", "low": "cyan", "informational": "dim"}
     for summary, records in results:
         files = ", ".join(summary["files"])
