@@ -7,8 +7,6 @@
 """
 from .capture import Capture, open_capture, open_captures
 from .errors import HerdscopeError, UnreadableCapture
-from . import tcp as _tcp  # noqa: F401,E402 - registers the tcp_segments and connections frames
-from .decoders import registry as _decoders  # noqa: F401,E402 - registers the protocol frames
 
 __version__ = "0.1.0"
 __all__ = ["Capture", "open_capture", "open_captures", "HerdscopeError", "UnreadableCapture", "__version__"]

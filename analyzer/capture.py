@@ -15,8 +15,18 @@ import polars as pl
 from .ingest import DEFAULT_CHUNK_RECORDS, PacketTables, ReadReport, read_tables
 from .source import CaptureBytes
 
-# frame name -> function(capture) -> DataFrame. Later layers register theirs at import time.
+# frame name -> function(capture) -> DataFrame. Later layers register theirs at import time; they are
+# imported on the first request for a frame the reader does not make, so reading only packets (export
+# --frames packets) pays for neither their import nor their Numba cache loading.
 FRAME_BUILDERS: dict[str, Callable[["Capture"], pl.DataFrame]] = {}
+_BUILDER_MODULES = ("analyzer.tcp", "analyzer.decoders.registry")
+
+
+def _load_builders() -> None:
+    import importlib
+
+    for module in _BUILDER_MODULES:
+        importlib.import_module(module)
 
 
 def frame_builder(name: str):
@@ -76,6 +86,8 @@ class Capture:
     def frame(self, name: str) -> pl.DataFrame:
         """A named frame, built on first request."""
         if name not in self._frames:
+            if name not in FRAME_BUILDERS:
+                _load_builders()
             builder = FRAME_BUILDERS.get(name)
             if builder is None:
                 raise KeyError(f"no frame named {name!r}; known: {', '.join(self.frame_names())}")
@@ -86,6 +98,7 @@ class Capture:
         self._frames[name] = frame
 
     def frame_names(self) -> list[str]:
+        _load_builders()
         return sorted(set(self._frames) | set(FRAME_BUILDERS))
 
     def built_frames(self) -> dict[str, pl.DataFrame]:

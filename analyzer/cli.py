@@ -75,14 +75,16 @@ def info(files: tuple[str, ...], fmt: str) -> int:
               help="directory to write into (created if missing)")
 @click.option("--frames", default="all", show_default=True,
               help="comma-separated frame names to write, or 'all'")
-def export(file: str, out_dir: str, frames: str) -> int:
+@click.option("--compression", type=click.Choice(["lz4", "zstd", "snappy", "uncompressed"]), default="lz4",
+              show_default=True, help="Parquet compression (zstd: smaller, slower to write)")
+def export(file: str, out_dir: str, frames: str, compression: str) -> int:
     from .capture import open_capture
     from .export import export_frames
 
     try:
         with open_capture(file) as cap:
             wanted = None if frames == "all" else [f.strip() for f in frames.split(",") if f.strip()]
-            written = export_frames(cap, out_dir, wanted)
+            written = export_frames(cap, out_dir, wanted, compression)
     except UnreadableCapture as exc:
         _fail(str(exc))
         return ExitCode.UNREADABLE

@@ -5,8 +5,10 @@ STATUS_PENDING waits (interim → final response) and oplock/lease break acknowl
 One row per (protocol, operation): ``count`` requests, ``answered``, ``unanswered``, ``errors``
 (the protocol's own notion, ``is_error``), and the latency of answered ones in ns: ``min``, ``p50``,
 ``p90``, ``p99``, ``max``, ``mean``. Quantiles use the "higher" rule (an observed value, never an
-interpolation). Extra operations: ``smb2 / STATUS_PENDING wait`` (the wait between the interim and
-the final response of requests that went pending) and ``smb2 / oplock break ack`` / ``lease break ack``
+interpolation). SMB2 CANCEL (never answered) and unanswered CHANGE_NOTIFY (pending by design) are
+left out. Extra operations: ``smb2 / STATUS_PENDING wait`` (the wait between the interim and
+the final response of requests that went pending; CHANGE_NOTIFY waits, pending by design, have a row
+of their own) and ``smb2 / oplock break ack`` / ``lease break ack``
 (notification → acknowledgment; an unacknowledged break counts as unanswered).
 """
 from __future__ import annotations
@@ -36,10 +38,21 @@ def _latency_stats(frame: pl.DataFrame, keys: list[str], latency: str, answered:
     )
 
 
+def _expected(frame: pl.DataFrame) -> pl.DataFrame:
+    """Requests that expect an answer: SMB2 CANCEL never gets one (MS-SMB2 3.3.5.16) and CHANGE_NOTIFY
+    waits by design; they would only inflate "unanswered"."""
+    if "expects_response" in frame.columns:
+        frame = frame.filter(pl.col("expects_response"))
+    if "pending_by_design" in frame.columns:
+        frame = frame.filter(~pl.col("pending_by_design").fill_null(False) | pl.col("answered"))
+    return frame
+
+
 def transactions(cap) -> pl.DataFrame:
-    """The common columns of every protocol's transaction frame, stacked."""
+    """The common columns of every protocol's transaction frame, stacked (requests that expect an answer)."""
     names = set(cap.frame_names())
-    frames = [cap.frame(f"{p}_transactions").select(COMMON_NAMES) for p in PROTOCOLS if f"{p}_transactions" in names]
+    frames = [_expected(cap.frame(f"{p}_transactions")).select(COMMON_NAMES)
+              for p in PROTOCOLS if f"{p}_transactions" in names]
     frames = [f for f in frames if f.height]
     if not frames:
         return pl.DataFrame()
@@ -59,14 +72,20 @@ def service_response_times(cap) -> pl.DataFrame:
             pending = smb.filter(pl.col("pending_ns").is_not_null() | pl.col("interim_frame").is_not_null()) \
                 if "interim_frame" in smb.columns else smb.filter(pl.col("pending_ns").is_not_null())
             if pending.height:
+                by_design = pl.col("pending_by_design").fill_null(False) if "pending_by_design" in pending.columns \
+                    else pl.lit(False)
+                label = pl.when(by_design).then(pl.lit("CHANGE_NOTIFY wait (by design)")) \
+                    .otherwise(pl.lit("STATUS_PENDING wait"))
                 parts.append(_latency_stats(
-                    pending.with_columns(pl.lit("smb2").alias("protocol"), pl.lit("STATUS_PENDING wait").alias("operation"),
+                    pending.with_columns(pl.lit("smb2").alias("protocol"), label.alias("operation"),
                                          pl.col("pending_ns").is_not_null().alias("_done")),
                     ["protocol", "operation"], "pending_ns", "_done", pl.lit(False)))
     if "smb2_breaks" in names:
         breaks = cap.frame("smb2_breaks")
         lat = next((c for c in ("ack_latency_ns", "ack_ns") if c in breaks.columns), None)
         kind = next((c for c in ("break_kind", "kind") if c in breaks.columns), None)
+        if "ack_required" in breaks.columns:  # level II oplock breaks are not acknowledged (3.3.4.6)
+            breaks = breaks.filter(pl.col("ack_required"))
         if breaks.height and lat:
             label = (pl.when(pl.col(kind).cast(pl.String).str.contains("lease")).then(pl.lit("lease break ack"))
                      .otherwise(pl.lit("oplock break ack"))) if kind else pl.lit("break ack")

@@ -3,3 +3,4 @@
 ``cap.frame("dns_messages")`` etc. work once this module is imported (``analyzer`` does it).
 """
 from . import dns  # noqa: F401
+from . import smb2  # noqa: F401

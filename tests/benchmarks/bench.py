@@ -248,24 +248,34 @@ def stage_herdscope_tcp(ctx: Ctx) -> Result:
                        f"{n_msgs:,} messages framed")
 
 
-@stage("herdscope export")
-def stage_herdscope_export(ctx: Ctx) -> Result:
+def _export_stage(ctx: Ctx, name: str, extra: list[str]) -> Result:
     found = _herdscope_cmd()
     if found is None:
-        return Result("herdscope export", status="unavailable",
-                      note="herdscope: not available yet (no `herdscope` command on PATH)")
+        return Result(name, status="unavailable", note="herdscope: not available yet (no `herdscope` command on PATH)")
     cmd, how = found
     with tempfile.TemporaryDirectory(dir=ctx.args.cache_dir, prefix="export-") as out:
-        wall, rss, proc = run_timed([*cmd, "export", str(ctx.path), "--out", out], cwd=ROOT)
+        wall, rss, proc = run_timed([*cmd, "export", str(ctx.path), "--out", out, *extra], cwd=ROOT)
         written = sum(f.stat().st_size for f in Path(out).rglob("*") if f.is_file())
+        files = sorted(f.stem for f in Path(out).glob("*.parquet"))
     if proc.returncode:
         if how != "herdscope" and re.search(r"No such command|invalid choice|ModuleNotFoundError", proc.stderr):
-            return Result("herdscope export", status="unavailable",
-                          note=f"herdscope: not available yet ({tail(proc.stderr, 120)})")
-        return Result("herdscope export", wall, None, rss, status="failed",
-                      note=f"exit {proc.returncode}: {tail(proc.stderr)}")
-    return Result("herdscope export", wall, ctx.packets, rss,
-                  note=f"{how}; wrote {written / 1e6:.1f} MB", extra={"output_bytes": written, "command": how})
+            return Result(name, status="unavailable", note=f"herdscope: not available yet ({tail(proc.stderr, 120)})")
+        return Result(name, wall, None, rss, status="failed", note=f"exit {proc.returncode}: {tail(proc.stderr)}")
+    return Result(name, wall, ctx.packets, rss, note=f"{how}; {len(files)} frames, {written / 1e6:.1f} MB",
+                  extra={"output_bytes": written, "command": how, "frames": files})
+
+
+@stage("herdscope export")
+def stage_herdscope_export(ctx: Ctx) -> Result:
+    """The whole process, writing the packets frame: the same header fields the dpkt loop and
+    `tshark -T fields` extract, so the three rows compare like with like."""
+    return _export_stage(ctx, "herdscope export", ["--frames", "packets"])
+
+
+@stage("herdscope export all")
+def stage_herdscope_export_all(ctx: Ctx) -> Result:
+    """The whole process, every frame: TCP analysis, connections and the decoders' frames too."""
+    return _export_stage(ctx, "herdscope export all", [])
 
 
 @stage("dpkt loop")

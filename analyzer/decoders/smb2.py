@@ -1,0 +1,343 @@
+"""SMB2/3 (MS-SMB2) over TCP 445 and 139: the ``smb2_messages``, ``smb2_transactions`` and
+``smb2_breaks`` frames.
+
+Input: NBSS messages (RFC 1002 4.3.1; MS-SMB2 2.1 "Direct TCP transport" uses the same 4-byte
+header) framed by ``analyzer.tcp.tcp_messages(cap, "nbss", {445, 139})``. Each message holds an
+SMB2 header chain (compound requests and responses, MS-SMB2 3.2.4.1.4 / 3.3.4.1.3), an SMB2
+TRANSFORM_HEADER (encrypted, 2.2.41), a COMPRESSION_TRANSFORM_HEADER (2.2.42) or an SMB1 message.
+
+* ``smb2_messages``: one row per SMB2 header, so a compound gives several rows with the same
+  ``message``; one row for each encrypted, compressed, SMB1 or unrecognised message (``kind``).
+  Decoded by the Numba kernels of :mod:`analyzer.decoders.smb2_kernel`.
+* ``smb2_transactions``: one row per request with its final response, the interim STATUS_PENDING
+  response between them, the CANCEL that targeted it, and the share and file path it touched
+  (:mod:`analyzer.decoders.smb2_pairing`).
+* ``smb2_breaks``: one row per oplock or lease break notification, with its acknowledgment, the
+  server's answer to the acknowledgment and the request that triggered it.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from ..capture import frame_builder
+from ..messages import MESSAGE_COLUMNS as _SET_COLUMNS
+from ..messages import MessageSet
+from ..schema import FRAMES, Column, _col
+from . import smb2_kernel as k
+from . import smb2_tables as t
+from .ntstatus import code_names, status_names
+from .smb2_pairing import BREAK_COLUMNS, TRANSACTION_COLUMNS, Params, break_frame, pair_transactions, polars_type
+from .text import arena_strings
+
+__all__ = ["BREAK_COLUMNS", "MESSAGE_COLUMNS", "TRANSACTION_COLUMNS", "TCP_FRAMING", "TCP_PORTS", "UDP_PORTS",
+           "Params", "break_frame", "decode_messages", "empty_messages", "nbss_message_sets", "pair_transactions"]
+
+TCP_PORTS = (445, 139)
+UDP_PORTS: tuple[int, ...] = ()
+TCP_FRAMING = "nbss"
+
+_SET_KEEP = tuple(c for c in _SET_COLUMNS if c.name not in ("offset", "length"))
+
+MESSAGE_COLUMNS: tuple[Column, ...] = _SET_KEEP + (
+    _col("message", np.uint32, "ordinal of the NBSS message (RFC 1002 4.3.1) in this frame: the rows of "
+         "one compound share it"),
+    _col("chain_index", np.uint32, "position of this SMB2 header in its compound chain, 0-based "
+         "(MS-SMB2 3.2.4.1.4)"),
+    _col("chain_offset", np.uint32, "offset of this SMB2 header in the NBSS message (MS-SMB2 2.2.1 "
+         "NextCommand)"),
+    _col("kind", object, "smb2, transform (encrypted, MS-SMB2 2.2.41), compressed (2.2.42), smb1 "
+         "(MS-CIFS 2.2.3.1) or unknown", polars=pl.Enum(t.KINDS)),
+    _col("command", object, "SMB2 command name (MS-SMB2 2.2.1.2 Command); UNKNOWN for codes past 0x13",
+         polars=pl.Enum(t.COMMAND_NAMES)),
+    _col("command_code", np.uint16, "SMB2 command code (MS-SMB2 2.2.1.2); for SMB1 rows the SMB1 "
+         "command (MS-CIFS 2.2.3.1)"),
+    _col("is_response", np.bool_, "SMB2_FLAGS_SERVER_TO_REDIR (MS-SMB2 2.2.1.2); SMB1: SMB_FLAGS_REPLY"),
+    _col("status", object, "NTSTATUS name of a response (MS-SMB2 2.2.1.1 Status, MS-ERREF 2.3.1); "
+         "unknown codes as 0xXXXXXXXX; null for requests", polars=pl.String),
+    _col("status_code", np.uint32, "NTSTATUS value of a response (MS-SMB2 2.2.1.1)"),
+    _col("flags", np.uint32, "SMB2 header Flags (MS-SMB2 2.2.1.2)"),
+    _col("is_async", np.bool_, "SMB2_FLAGS_ASYNC_COMMAND: async header form with AsyncId (MS-SMB2 2.2.1.1)"),
+    _col("is_related", np.bool_, "SMB2_FLAGS_RELATED_OPERATIONS: related compound element (MS-SMB2 "
+         "2.2.1.2)"),
+    _col("is_signed", np.bool_, "SMB2_FLAGS_SIGNED (MS-SMB2 2.2.1.2)"),
+    _col("priority", np.uint8, "SMB2_FLAGS_PRIORITY_MASK >> 4 (MS-SMB2 2.2.1.2, SMB 3.1.1)"),
+    _col("is_dfs", np.bool_, "SMB2_FLAGS_DFS_OPERATIONS (MS-SMB2 2.2.1.2)"),
+    _col("is_replay", np.bool_, "SMB2_FLAGS_REPLAY_OPERATION (MS-SMB2 2.2.1.2)"),
+    _col("credit_charge", np.uint16, "CreditCharge (MS-SMB2 2.2.1.2)"),
+    _col("credit_request", np.uint16, "CreditRequest of a request (MS-SMB2 2.2.1.2)"),
+    _col("credit_grant", np.uint16, "CreditResponse: credits granted by a response (MS-SMB2 2.2.1.2)"),
+    _col("channel_sequence", np.uint16, "ChannelSequence of a request (MS-SMB2 2.2.1.2, SMB 3.x)"),
+    _col("message_id", np.uint64, "MessageId (MS-SMB2 2.2.1.2); 0xFFFFFFFFFFFFFFFF on unsolicited "
+         "oplock/lease break notifications; SMB1 rows: MID"),
+    _col("async_id", np.uint64, "AsyncId of the async header form (MS-SMB2 2.2.1.1)"),
+    _col("tree_id", np.uint32, "TreeId of the sync header form (MS-SMB2 2.2.1.2); SMB1 rows: TID"),
+    _col("session_id", np.uint64, "SessionId (MS-SMB2 2.2.1.2); transform rows: the TRANSFORM_HEADER "
+         "SessionId (2.2.41); SMB1 rows: UID"),
+    _col("has_signature", np.bool_, "the 16-byte Signature is not all zero (MS-SMB2 2.2.1.2)"),
+    _col("structure_size", np.uint16, "StructureSize of the command body (MS-SMB2 2.2.3 ff.)"),
+    _col("error_body", np.bool_, "the body is an SMB2 ERROR Response (MS-SMB2 2.2.2): nothing of the "
+         "command's own response was decoded"),
+    _col("dialects", object, "dialects offered by a NEGOTIATE request (MS-SMB2 2.2.3 Dialects)",
+         polars=pl.List(pl.UInt16)),
+    _col("dialect_count", np.uint16, "DialectCount of a NEGOTIATE request (MS-SMB2 2.2.3)"),
+    _col("dialect", np.uint16, "DialectRevision chosen by a NEGOTIATE response, 0x0202..0x0311 "
+         "(MS-SMB2 2.2.4)"),
+    _col("capabilities", np.uint32, "Capabilities of NEGOTIATE (MS-SMB2 2.2.3, 2.2.4) or a "
+         "SESSION_SETUP request (2.2.5)"),
+    _col("session_flags", np.uint16, "SESSION_SETUP request Flags (MS-SMB2 2.2.5) or response "
+         "SessionFlags (2.2.6)"),
+    _col("tree", object, "share path of a TREE_CONNECT request, e.g. \\\\server\\share (MS-SMB2 2.2.9)",
+         polars=pl.String),
+    _col("share_type", object, "ShareType of a TREE_CONNECT response (MS-SMB2 2.2.10)",
+         polars=pl.Enum(list(t.SHARE_TYPES.values()) + ["invalid"])),
+    _col("share_flags", np.uint32, "ShareFlags of a TREE_CONNECT response (MS-SMB2 2.2.10)"),
+    _col("filename", object, "file name of a CREATE request, relative to the share (MS-SMB2 2.2.13)",
+         polars=pl.String),
+    _col("desired_access", np.uint32, "DesiredAccess of a CREATE request (MS-SMB2 2.2.13, 2.2.13.1)"),
+    _col("share_access", np.uint32, "ShareAccess of a CREATE request: 1 read, 2 write, 4 delete "
+         "(MS-SMB2 2.2.13)"),
+    _col("create_disposition", object, "CreateDisposition of a CREATE request (MS-SMB2 2.2.13)",
+         polars=pl.Enum(t.DISPOSITION_NAMES)),
+    _col("create_options", np.uint32, "CreateOptions of a CREATE request (MS-SMB2 2.2.13)"),
+    _col("file_attributes", np.uint32, "FileAttributes (MS-FSCC 2.6) of a CREATE request or response, "
+         "a CLOSE response with POSTQUERY_ATTRIB, or a SET_INFO FileBasicInformation"),
+    _col("oplock_level", np.uint8, "oplock level: requested (CREATE request), granted (CREATE response), "
+         "or of an oplock break (MS-SMB2 2.2.13, 2.2.14, 2.2.23.1, 2.2.24.1)"),
+    _col("oplock", object, "oplock_level named: none, level2, exclusive, batch, lease",
+         polars=pl.Enum(t.OPLOCK_NAMES)),
+    _col("create_contexts", object, "names of the CREATE contexts, comma-separated, in wire order "
+         "(MS-SMB2 2.2.13.2, 2.2.14.2): RqLs, DHnQ, DH2Q, MxAc, QFid ...", polars=pl.String),
+    _col("lease_key", object, "LeaseKey of a lease create context, lease break notification, "
+         "acknowledgment or response, printed as a GUID like Wireshark (MS-SMB2 2.2.13.2.8, 2.2.23.2, "
+         "2.2.24.2)", polars=pl.String),
+    _col("lease_state", np.uint32, "LeaseState (1 read, 2 handle, 4 write caching): requested, granted, "
+         "the CurrentLeaseState of a break notification, or acknowledged (MS-SMB2 2.2.13.2.8, 2.2.23.2, "
+         "2.2.24.2)"),
+    _col("new_lease_state", np.uint32, "NewLeaseState of a lease break notification (MS-SMB2 2.2.23.2)"),
+    _col("lease_flags", np.uint32, "lease context Flags (2.2.13.2.10) or break notification Flags: 1 = "
+         "SMB2_NOTIFY_BREAK_LEASE_FLAG_ACK_REQUIRED (MS-SMB2 2.2.23.2)"),
+    _col("lease_version", np.uint8, "1 or 2: SMB2_CREATE_REQUEST_LEASE or _V2 (MS-SMB2 2.2.13.2.8, "
+         "2.2.13.2.10)"),
+    _col("parent_lease_key", object, "ParentLeaseKey of a v2 lease context (MS-SMB2 2.2.13.2.10)",
+         polars=pl.String),
+    _col("lease_epoch", np.uint16, "Epoch of a v2 lease context or NewEpoch of a lease break "
+         "notification (MS-SMB2 2.2.13.2.10, 2.2.23.2)"),
+    _col("break_kind", object, "which OPLOCK_BREAK form (by StructureSize, direction and MessageId, "
+         "MS-SMB2 2.2.23-2.2.25)", polars=pl.Enum(t.BREAK_KINDS)),
+    _col("break_reason", np.uint32, "BreakReason of a lease break notification (MS-SMB2 2.2.23.2)"),
+    _col("create_action", object, "CreateAction of a CREATE response (MS-SMB2 2.2.14)",
+         polars=pl.Enum(t.ACTION_NAMES)),
+    _col("end_of_file", np.uint64, "EndofFile of a CREATE or CLOSE response, or a SET_INFO "
+         "FileEndOfFileInformation (MS-SMB2 2.2.14, 2.2.16; MS-FSCC 2.4.14)"),
+    _col("fid_persistent", np.uint64, "FileId.Persistent (MS-SMB2 2.2.14.1) of the CREATE response or "
+         "of the request / break that names the open; 0xFFFFFFFFFFFFFFFF in related compounds"),
+    _col("fid_volatile", np.uint64, "FileId.Volatile (MS-SMB2 2.2.14.1)"),
+    _col("file_offset", np.uint64, "Offset of a READ or WRITE request (MS-SMB2 2.2.19, 2.2.21)"),
+    _col("io_length", np.uint32, "Length of a READ/WRITE request, DataLength of a READ response, Count "
+         "of a WRITE response (MS-SMB2 2.2.19-2.2.22); the data itself is not read"),
+    _col("lock_count", np.uint16, "LockCount of a LOCK request (MS-SMB2 2.2.26)"),
+    _col("lock_offset", np.uint64, "Offset of the first lock range (MS-SMB2 2.2.26.1)"),
+    _col("lock_length", np.uint64, "Length of the first lock range (MS-SMB2 2.2.26.1)"),
+    _col("lock_flags", np.uint32, "Flags of the first lock range: 1 shared, 2 exclusive, 4 unlock, "
+         "0x10 fail immediately (MS-SMB2 2.2.26.1)"),
+    _col("ctl_code", np.uint32, "CtlCode of an IOCTL request or response (MS-SMB2 2.2.31, 2.2.32)"),
+    _col("ioctl", object, "ctl_code named for common FSCTLs (MS-SMB2 2.2.31, MS-FSCC 2.3), else "
+         "0xXXXXXXXX", polars=pl.String),
+    _col("info_type", object, "InfoType of QUERY_INFO / SET_INFO (MS-SMB2 2.2.37, 2.2.39)",
+         polars=pl.Enum(list(t.INFO_TYPES.values()) + ["invalid"])),
+    _col("info_class", np.uint8, "FileInfoClass of QUERY_INFO / SET_INFO, FileInformationClass of "
+         "QUERY_DIRECTORY (MS-SMB2 2.2.33, 2.2.37, 2.2.39)"),
+    _col("info_class_name", object, "info_class named (MS-FSCC 2.4 file, 2.5 file system classes), "
+         "e.g. FileRenameInformation", polars=pl.String),
+    _col("target_name", object, "new name of a SET_INFO FileRenameInformation / FileLinkInformation "
+         "(MS-FSCC 2.4.37.2, 2.4.21.2)", polars=pl.String),
+    _col("delete_pending", np.bool_, "DeletePending of SET_INFO FileDispositionInformation, or "
+         "FILE_DISPOSITION_DELETE of FileDispositionInformationEx (MS-FSCC 2.4.11, 2.4.12)"),
+    _col("pattern", object, "search pattern of a QUERY_DIRECTORY request (MS-SMB2 2.2.33)",
+         polars=pl.String),
+    _col("notify_flags", np.uint16, "Flags of a CHANGE_NOTIFY request: 1 = WATCH_TREE (MS-SMB2 2.2.35)"),
+    _col("completion_filter", np.uint32, "CompletionFilter of a CHANGE_NOTIFY request (MS-SMB2 2.2.35)"),
+    _col("original_size", np.uint32, "OriginalMessageSize of a TRANSFORM_HEADER (MS-SMB2 2.2.41) or "
+         "OriginalCompressedSegmentSize of a COMPRESSION_TRANSFORM_HEADER (2.2.42)"),
+    _col("decode_error", object, "null when the row decoded; else why not: truncated, bad header, bad "
+         "structure size, bad next command, bad offset, bad create context, unknown protocol, bad lock "
+         "count", polars=pl.Enum(t.DECODE_ERRORS)),
+)
+MESSAGE_NAMES = tuple(c.name for c in MESSAGE_COLUMNS)
+
+_UINT64_FIELDS = set(k._U64)
+
+
+def empty_messages() -> pl.DataFrame:
+    return pl.DataFrame(schema={c.name: polars_type(c) for c in MESSAGE_COLUMNS})
+
+
+def _session_messages(ms: MessageSet) -> pl.DataFrame:
+    """The set's rows that are NBSS session messages. ``tcp_messages`` may flag keep-alives and
+    session requests/responses (RFC 1002 4.3) in an ``nbss_type`` column; those are not SMB."""
+    frame = ms.frame
+    if "nbss_type" in frame.columns:
+        frame = frame.filter(pl.col("nbss_type") == 0)
+    return frame
+
+
+def _masked(name: str, values: np.ndarray, valid: np.ndarray) -> pl.Series:
+    if valid.all():
+        return pl.Series(name, values)
+    return pl.Series(name, pa.array(values, mask=~valid))
+
+
+def _dialect_lists(arena: np.ndarray, start: np.ndarray, nbytes: np.ndarray) -> pl.Series:
+    valid = nbytes >= 0
+    counts = np.where(valid, nbytes // 2, 0).astype(np.int64)
+    offsets = np.zeros(len(counts) + 1, np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    total = int(offsets[-1])
+    within = np.arange(total, dtype=np.int64) - np.repeat(offsets[:-1], counts)
+    idx = np.repeat(start, counts) + 2 * within
+    values = (arena[idx].astype(np.uint16) | (arena[idx + 1].astype(np.uint16) << 8)) if total else \
+        np.zeros(0, np.uint16)
+    arr = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values, pa.uint16()),
+                                        mask=pa.array(~valid))
+    return pl.Series("dialects", pl.from_arrow(arr)).cast(pl.List(pl.UInt16))
+
+
+def _decode_set(ms: MessageSet, first_message: int) -> pl.DataFrame:
+    frame = _session_messages(ms)
+    if frame.height == 0:
+        return empty_messages()
+    buf = ms.buf
+    offset = frame["offset"].to_numpy().astype(np.int64)
+    length = frame["length"].to_numpy().astype(np.int64)
+    wire = frame["wire_length"].to_numpy().astype(np.int64)
+    if len(buf) and (offset.min() < 0 or (offset + length).max() > len(buf)):
+        raise ValueError("message set offsets/lengths point outside its buffer")
+    counts = k.count_rows(buf, offset, length, wire)
+    n_rows = int(counts.sum())
+    out = k.allocate_rows(n_rows)
+    arena = np.empty(max(1 << 16, 64 * n_rows), np.uint8)
+    first, row, apos = 0, 0, 0
+    while True:
+        first, row, apos = k.decode(buf, offset, length, wire, first, row, apos, arena,
+                                     out.o8, out.o4, out.o2, out.o1)
+        if first >= len(offset):
+            break
+        arena = np.concatenate([arena, np.empty(len(arena), np.uint8)])  # grow and resume
+    assert row == n_rows, "count and decode passes disagree"
+    return _rows_frame(frame, out, arena, first_message)
+
+
+def _rows_frame(frame: pl.DataFrame, out, arena: np.ndarray, first_message: int) -> pl.DataFrame:
+    present = out.present
+    cols: dict[str, pl.Series] = {}
+    for bit, name in enumerate(k.FIELDS):
+        values = getattr(out, name)
+        if name in _UINT64_FIELDS:
+            values = values.view(np.uint64)
+        elif k.FIELD_DTYPES[name] is np.bool_:
+            values = values.view(np.bool_)
+        elif values.dtype != k.FIELD_DTYPES[name]:
+            values = values.astype(k.FIELD_DTYPES[name])
+        cols[name] = _masked(name, values, ((present >> bit) & 1).astype(np.bool_))
+    for bit, name in enumerate(k.STRINGS[:-1], start=k.STRING_BIT):
+        start, length = getattr(out, f"{name}_start"), getattr(out, f"{name}_len")
+        cols[name] = arena_strings(name, arena, start, length, ((present >> bit) & 1).astype(np.bool_))
+    valid = ((present >> (k.STRING_BIT + k.S_DIALECTS)) & 1).astype(np.bool_)
+    cols["dialects"] = _dialect_lists(arena, out.dialects_start, np.where(valid, out.dialects_len, -1))
+    raw = pl.DataFrame(list(cols.values()))
+    base = frame.select([c.name for c in _SET_KEEP])[out.msg]
+    flags = pl.col("flags")
+    smb2 = pl.col("kind_code") == t.KIND_SMB2
+    decoded = raw.rename({"kind": "kind_code"}).with_columns(
+        pl.Series("message", out.msg + first_message).cast(pl.UInt32),
+        pl.col("kind_code").replace_strict(list(range(len(t.KINDS))), t.KINDS,
+                                           return_dtype=pl.Enum(t.KINDS)).alias("kind"),
+        pl.when(smb2).then(pl.col("command_code").replace_strict(
+            list(t.COMMANDS), list(t.COMMANDS.values()), default=t.UNKNOWN_COMMAND,
+            return_dtype=pl.String)).cast(pl.Enum(t.COMMAND_NAMES)).alias("command"),
+        status_names(pl.col("status_code")).alias("status"),
+        ((flags & t.FLAGS_ASYNC_COMMAND) != 0).alias("is_async"),
+        ((flags & t.FLAGS_RELATED_OPERATIONS) != 0).alias("is_related"),
+        ((flags & t.FLAGS_SIGNED) != 0).alias("is_signed"),
+        ((flags & t.FLAGS_PRIORITY_MASK) // 16).cast(pl.UInt8).alias("priority"),
+        ((flags & t.FLAGS_DFS_OPERATIONS) != 0).alias("is_dfs"),
+        ((flags & t.FLAGS_REPLAY_OPERATION) != 0).alias("is_replay"),
+        _named(pl.col("share_type"), t.SHARE_TYPES),
+        _named(pl.col("create_disposition"), t.CREATE_DISPOSITIONS),
+        _named(pl.col("oplock_level"), t.OPLOCK_LEVELS).alias("oplock"),
+        _named(pl.col("break_kind"), dict(enumerate(t.BREAK_KINDS, start=1)), invalid=False),
+        _named(pl.col("create_action"), t.CREATE_ACTIONS),
+        code_names(pl.col("ctl_code"), t.FSCTLS).alias("ioctl"),
+        _named(pl.col("info_type"), t.INFO_TYPES),
+        _info_class_name(),
+        _named(pl.col("decode_error"), dict(enumerate(t.DECODE_ERRORS, start=1)), invalid=False),
+    )
+    return pl.concat([base, decoded], how="horizontal").select(MESSAGE_NAMES)
+
+
+def _named(codes: pl.Expr, table: dict[int, str], invalid: bool = True) -> pl.Expr:
+    names = list(table.values()) + (["invalid"] if invalid else [])
+    named = codes.replace_strict(list(table), list(table.values()), default="invalid" if invalid else None,
+                                 return_dtype=pl.String)
+    return pl.when(codes.is_not_null()).then(named).cast(pl.Enum(names))
+
+
+def _info_class_name() -> pl.Expr:
+    table = {(1 << 8) | c: n for c, n in t.FILE_INFO_CLASSES.items()}
+    table |= {(2 << 8) | c: n for c, n in t.FS_INFO_CLASSES.items()}
+    # QUERY_DIRECTORY has a FileInformationClass and no InfoType: a file information class.
+    key = pl.col("info_type").cast(pl.Int64).fill_null(1) * 256 + pl.col("info_class").cast(pl.Int64)
+    security = pl.when(pl.col("info_type") == 3).then(pl.lit("SecurityInformation")) \
+        .when(pl.col("info_type") == 4).then(pl.lit("QuotaInformation"))
+    return pl.coalesce(key.replace_strict(list(table), list(table.values()), default=None,
+                                          return_dtype=pl.String),
+                       pl.when(pl.col("info_class").is_not_null()).then(security)).alias("info_class_name")
+
+
+def decode_messages(sets: Sequence[MessageSet]) -> pl.DataFrame:
+    """The ``smb2_messages`` frame of NBSS message sets: one row per SMB2 header (see module doc)."""
+    frames = []
+    first = 0
+    for ms in sets:
+        if not isinstance(ms, MessageSet):
+            raise TypeError(f"expected MessageSet, got {type(ms).__name__}")
+        missing = {c.name for c in _SET_COLUMNS} - set(ms.frame.columns)
+        if missing:
+            raise ValueError(f"message set lacks columns {sorted(missing)}")
+        frames.append(_decode_set(ms, first))
+        first += ms.height
+    if not frames:
+        return empty_messages()
+    frame = pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0]
+    return frame.sort("frame_last", "message", "chain_index", maintain_order=True)
+
+
+# --- registration --------------------------------------------------------------------------------
+
+def nbss_message_sets(cap) -> list[MessageSet]:
+    from ..tcp import tcp_messages  # the TCP layer; imported late so decoding works without it
+    return tcp_messages(cap, TCP_FRAMING, set(TCP_PORTS))
+
+
+FRAMES.setdefault("smb2_messages", MESSAGE_COLUMNS)  # descriptions for ``herdscope export``
+FRAMES.setdefault("smb2_transactions", TRANSACTION_COLUMNS)
+FRAMES.setdefault("smb2_breaks", BREAK_COLUMNS)
+
+
+@frame_builder("smb2_messages")
+def _build_messages(cap) -> pl.DataFrame:
+    return decode_messages(nbss_message_sets(cap))
+
+
+@frame_builder("smb2_transactions")
+def _build_transactions(cap) -> pl.DataFrame:
+    return pair_transactions(cap.frame("smb2_messages"))
+
+
+@frame_builder("smb2_breaks")
+def _build_breaks(cap) -> pl.DataFrame:
+    return break_frame(cap.frame("smb2_messages"), cap.frame("smb2_transactions"))
