@@ -23,6 +23,21 @@ Exit codes:
   4  internal error (a bug: please report it with the traceback)"""
 
 
+def _each_capture(files, per_capture) -> int:
+    """Open each file and call ``per_capture(path, cap)``; unreadable files are reported, not fatal."""
+    from .capture import open_capture
+
+    code = ExitCode.OK
+    for path in files:
+        try:
+            with open_capture(path) as cap:
+                per_capture(path, cap)
+        except UnreadableCapture as exc:
+            _fail(str(exc))
+            code = ExitCode.UNREADABLE
+    return code
+
+
 class ExitCode(enum.IntEnum):
     OK = 0  # success
     FINDINGS = 1  # scan found something at or above --fail-on
@@ -48,24 +63,17 @@ def cli() -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="json: one object per file, one per line (keys documented in analyzer/summary.py)")
 def info(files: tuple[str, ...], fmt: str) -> int:
-    from .capture import open_capture
     from .render import print_summary
     from .summary import summarize
 
-    code = ExitCode.OK
-    for path in files:
-        try:
-            with open_capture(path) as cap:
-                summary = summarize(cap)
-        except UnreadableCapture as exc:
-            _fail(str(exc))
-            code = ExitCode.UNREADABLE
-            continue
+    def show(path, cap):
+        summary = summarize(cap)
         if fmt == "json":
             click.echo(json.dumps(summary, sort_keys=False))
         else:
             print_summary(summary)
-    return code
+
+    return _each_capture(files, show)
 
 
 @cli.command(help=f"Write the frames of a capture as Parquet files, one per frame, plus "
@@ -103,23 +111,16 @@ def export(file: str, out_dir: str, frames: str, compression: str) -> int:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="json: one object per file: {file, stats: [row...]} (columns in analyzer/stats.py)")
 def stats(files: tuple[str, ...], fmt: str) -> int:
-    from .capture import open_capture
     from .stats import render_table, service_response_times
 
-    code = ExitCode.OK
-    for path in files:
-        try:
-            with open_capture(path) as cap:
-                table = service_response_times(cap)
-        except UnreadableCapture as exc:
-            _fail(str(exc))
-            code = ExitCode.UNREADABLE
-            continue
+    def show(path, cap):
+        table = service_response_times(cap)
         if fmt == "json":
             click.echo(json.dumps({"file": path, "stats": table.to_dicts()}))
         else:
             render_table(table, f"Service response times: {path}")
-    return code
+
+    return _each_capture(files, show)
 
 
 SEVERITY_CHOICES = ["informational", "low", "medium", "high", "critical"]

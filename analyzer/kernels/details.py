@@ -5,7 +5,7 @@ packets the header decoder flagged, so the packets frame stays fixed-width.
 import numpy as np
 from numba import njit
 
-from .wire import u16be, u32be
+from .wire import next_tcp_option, u16be, u32be
 
 IPPROTO_TCP = 6
 IPPROTO_UDP = 17
@@ -27,17 +27,9 @@ def sack_blocks(buf, tcp_hdr_start, tcp_hdr_end, frame, out_frame, out_block, ou
     for j in range(tcp_hdr_start.shape[0]):
         p = tcp_hdr_start[j] + 20
         end = tcp_hdr_end[j]
-        while p < end:
-            kind = buf[p]
-            if kind == 0:
-                break
-            if kind == 1:
-                p += 1
-                continue
-            if p + 1 >= end:
-                break
-            olen = np.int64(buf[p + 1])
-            if olen < 2 or p + olen > end:
+        while True:
+            kind, olen, nxt = next_tcp_option(buf, p, end)
+            if kind < 0:
                 break
             if kind == 5:
                 for b in range((olen - 2) // 8):
@@ -48,7 +40,7 @@ def sack_blocks(buf, tcp_hdr_start, tcp_hdr_end, frame, out_frame, out_block, ou
                     out_left[k] = u32be(buf, p + 2 + 8 * b)
                     out_right[k] = u32be(buf, p + 6 + 8 * b)
                     k += 1
-            p += olen
+            p = nxt
     return k
 
 

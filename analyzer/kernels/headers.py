@@ -19,7 +19,7 @@ from numba import njit, prange
 
 from .. import linktypes as lt
 from ..schema import PACKET_COLUMNS, ParseStatus, Present
-from .wire import u16be, u16le, u32be, u32le
+from .wire import next_tcp_option, u16be, u16le, u32be, u32le
 
 # Columns the walker already produced (records.RecordColumns) or Python derives; not filled here.
 _FROM_RECORDS = ("frame", "ts_ns", "iface", "caplen", "wirelen", "src", "dst")
@@ -123,17 +123,9 @@ def _ipv6_ext_header(nh):
 @njit(cache=True, inline="always")
 def _tcp_options(buf, p, opt_end, f):
     present = 0
-    while p < opt_end:
-        kind = buf[p]
-        if kind == 0:
-            break
-        if kind == 1:
-            p += 1
-            continue
-        if p + 1 >= opt_end:
-            break
-        olen = np.int64(buf[p + 1])
-        if olen < 2 or p + olen > opt_end:
+    while True:
+        kind, olen, nxt = next_tcp_option(buf, p, opt_end)
+        if kind < 0:
             break
         if kind == 2 and olen == 4:
             f[F_MSS] = u16be(buf, p + 2)
@@ -149,7 +141,7 @@ def _tcp_options(buf, p, opt_end, f):
             f[F_TS_VAL] = u32be(buf, p + 2)
             f[F_TS_ECR] = u32be(buf, p + 6)
             present |= P_TSOPT
-        p += olen
+        p = nxt
     return present
 
 

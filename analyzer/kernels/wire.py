@@ -45,3 +45,22 @@ def u64(buf, off, big_endian):
     if big_endian:
         return (u32be(buf, off) << 32) | u32be(buf, off + 4)
     return (u32le(buf, off + 4) << 32) | u32le(buf, off)
+
+
+@njit(cache=True, inline="always")
+def next_tcp_option(buf, p, end):
+    """The TCP option at ``p`` (RFC 9293 §3.1): (kind, length, next position); kind -1 when the
+    options end (EOL, or a malformed length that would run past ``end``). NOP has length 1."""
+    if p >= end:
+        return -1, 0, end
+    kind = np.int64(buf[p])
+    if kind == 0:
+        return -1, 0, end
+    if kind == 1:
+        return 1, 1, p + 1
+    if p + 1 >= end:
+        return -1, 0, end
+    olen = np.int64(buf[p + 1])
+    if olen < 2 or p + olen > end:
+        return -1, 0, end
+    return kind, olen, p + olen
