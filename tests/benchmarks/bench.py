@@ -248,6 +248,55 @@ def stage_herdscope_tcp(ctx: Ctx) -> Result:
                        f"{n_msgs:,} messages framed")
 
 
+DECODED_FRAMES = ("dns_messages", "dns_transactions", "kerberos_messages", "kerberos_transactions",
+                  "ldap_messages", "ldap_transactions", "smb2_messages", "smb2_transactions", "smb2_breaks")
+
+
+@stage("herdscope decode")
+def stage_herdscope_decode(ctx: Ctx) -> Result:
+    """Ingest + TCP + every decoder's message and transaction frames, in process."""
+    try:
+        from analyzer import open_capture
+    except Exception as e:
+        return Result("herdscope decode", status="unavailable", note=f"not available yet ({type(e).__name__}: {e})")
+
+    def run():
+        cap = open_capture(ctx.path)
+        names = [n for n in DECODED_FRAMES if n in cap.frame_names()]
+        rows = {n: cap.frame(n).height for n in names}
+        return cap, rows
+
+    run()
+    with PeakRSS() as mem:
+        t0 = time.perf_counter()
+        cap, rows = run()
+        wall = time.perf_counter() - t0
+    getattr(cap, "close", lambda: None)()
+    msgs = {k.split("_")[0]: v for k, v in rows.items() if k.endswith("_messages")}
+    return Result("herdscope decode", wall, ctx.packets, mem.peak,
+                  note="in process: " + ", ".join(f"{p} {n:,} msgs" for p, n in msgs.items()),
+                  extra={"rows": rows})
+
+
+@stage("herdscope scan")
+def stage_herdscope_scan(ctx: Ctx) -> Result:
+    """The whole `herdscope scan` process: ingest, TCP, decoders, every detector."""
+    found = _herdscope_cmd()
+    if found is None:
+        return Result("herdscope scan", status="unavailable", note="no herdscope command")
+    cmd, how = found
+    with tempfile.TemporaryDirectory(dir=ctx.args.cache_dir, prefix="scan-") as out:
+        report = Path(out) / "findings.json"
+        wall, rss, proc = run_timed([*cmd, "scan", str(ctx.path), "--format", "json", "--output", str(report),
+                                     "--fail-on", "critical"], cwd=ROOT)
+        doc = json.loads(report.read_text()) if report.exists() else {}
+    if proc.returncode not in (0, 1):
+        return Result("herdscope scan", wall, None, rss, status="failed", note=f"exit {proc.returncode}: {tail(proc.stderr)}")
+    n = len(doc.get("findings", []))
+    dets = ", ".join(doc.get("captures", [{}])[0].get("detectors", [])) if doc else ""
+    return Result("herdscope scan", wall, ctx.packets, rss, note=f"{how}; {n} findings ({dets})")
+
+
 def _export_stage(ctx: Ctx, name: str, extra: list[str]) -> Result:
     found = _herdscope_cmd()
     if found is None:
@@ -375,6 +424,31 @@ def stage_tshark_tcp_analysis(ctx: Ctx) -> Result:
     return Result("tshark tcp analysis", wall, ctx.packets, rss, note=f"-2 (two-pass), {len(fields)} tcp fields")
 
 
+DECODER_FIELDS = [  # what herdscope's four decoders extract, as tshark fields
+    "frame.number", "tcp.stream", "dns.id", "dns.flags.response", "dns.flags.rcode", "dns.qry.name", "dns.qry.type",
+    "dns.resp.ttl", "dns.time", "dns.retransmission", "kerberos.msg_type", "kerberos.realm", "kerberos.CNameString",
+    "kerberos.SNameString", "kerberos.nonce", "kerberos.error_code", "kerberos.etype", "ldap.messageID",
+    "ldap.protocolOp", "ldap.baseObject", "ldap.name", "ldap.resultCode", "smb2.cmd", "smb2.nt_status",
+    "smb2.msg_id", "smb2.flags.response", "smb2.sesid", "smb2.tid", "smb2.filename", "smb2.tree", "smb2.time",
+    "smb2.lease.lease_key", "smb2.lease.lease_state",
+]
+
+
+@stage("tshark -2 decoders", tags={"tshark"})
+def stage_tshark_decoders(ctx: Ctx) -> Result:
+    """Two-pass tshark extracting the fields herdscope's DNS, Kerberos, LDAP and SMB2 decoders give."""
+    exe = _tshark()
+    if exe is None:
+        return Result("tshark -2 decoders", status="unavailable", note="tshark not installed")
+    cmd = [exe, "-r", str(ctx.path), "-2", "-T", "fields"]
+    for f in DECODER_FIELDS:
+        cmd += ["-e", f]
+    wall, rss, proc = run_timed(cmd)
+    if proc.returncode:
+        return Result("tshark -2 decoders", wall, None, rss, status="failed", note=tail(proc.stderr))
+    return Result("tshark -2 decoders", wall, ctx.packets, rss, note=f"-2, {len(DECODER_FIELDS)} dns/kerberos/ldap/smb2 fields")
+
+
 # ------------------------------------------------------------------------------------------------
 # the capture
 # ------------------------------------------------------------------------------------------------
@@ -441,6 +515,8 @@ RATIOS = [  # (what the issues ask, slow stage, fast stage, target)
     ("tshark fields / herdscope export", "tshark fields", "herdscope export", 20.0),
     ("dpkt loop / herdscope export", "dpkt loop", "herdscope export", 10.0),
     ("tshark -2 tcp analysis / herdscope tcp", "tshark tcp analysis", "herdscope tcp", 10.0),
+    ("tshark -2 decoders / herdscope decode", "tshark -2 decoders", "herdscope decode", 10.0),
+    ("tshark -2 decoders / herdscope scan (process)", "tshark -2 decoders", "herdscope scan", 10.0),
 ]
 
 
