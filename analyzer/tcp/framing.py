@@ -29,7 +29,9 @@ from ..messages import TRANSPORTS, MessageSet
 from .reassembly import build_pieces
 
 FRAMINGS = {"nbss": 0, "record_mark": 1, "length16": 2, "ber": 3}
-DEFAULT_MAX_COPY = {"nbss": 65536, "record_mark": 1 << 20, "length16": 65537, "ber": 1 << 20}
+# Bytes copied per message. SMB2: headers, create contexts and compound elements fit in 8 KiB; the
+# data of READ/WRITE does not need copying (a compound element past 8 KiB is decoded as truncated).
+DEFAULT_MAX_COPY = {"nbss": 8192, "record_mark": 1 << 20, "length16": 65537, "ber": 1 << 20}
 MAX_RECORD = 16 << 20  # largest Kerberos record / SASL buffer / BER message taken as plausible
 
 NBSS_SESSION_MESSAGE = 0x00
@@ -249,11 +251,13 @@ def tcp_messages(cap, framing: str, service_ports: set[int], *, max_copy: int | 
     segs = (
         cap.frame("tcp_segments").select("frame", "conn", "from_client")
         .join(wanted.select("conn"), on="conn", how="semi")
-        .join(cap.packets.select("frame", "ts_ns", "seq", "tcp_flags", "payload_len", "payload_caplen",
-                                 "payload_offset"), on="frame", how="left")
         .with_columns((pl.col("conn").cast(pl.Int64) * 2 + (~pl.col("from_client")).cast(pl.Int64)).alias("dir"))
         .sort("dir", "frame")
     )
+    # frame numbers are row positions in packets (1-based): a gather, not a join
+    packet_cols = cap.packets.select("ts_ns", "seq", "tcp_flags", "payload_len", "payload_caplen",
+                                     "payload_offset")[(segs["frame"].cast(pl.Int64) - 1).to_numpy()]
+    segs = pl.concat([segs, packet_cols], how="horizontal")
     if segs.height == 0:
         return []
     dirs = segs["dir"].unique().sort()
