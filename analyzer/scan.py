@@ -109,7 +109,12 @@ def wireshark_filter(frames: list[int]) -> str:
     return "frame.number in {" + " ".join(str(f) for f in frames) + "}"
 
 
+def _num(x) -> str:
+    return "n/a" if x is None else f"{x:g}"
+
+
 def render_table(results: list[tuple[dict, list[dict]]], fail_on: str, console=None) -> None:
+    from rich.markup import escape as esc
     from rich.panel import Panel
 
     from detectors.base import SEVERITIES
@@ -136,14 +141,15 @@ def render_table(results: list[tuple[dict, list[dict]]], fail_on: str, console=N
                     f"client {r['client']}" if r["client"] else (f"{r['clients']} clients" if r["clients"] else ""),
                     f"server {r['server']}" if r["server"] else "",
                     f"resource {r['resource']}" if r["resource"] else "") if x)
-                body = (f"{r['explanation']}\n"
-                        f"[dim]{r['start_time']} .. {r['end_time']}; {who}\n"
-                        f"{r['metric']} = {r['value']:g} {r['unit'] or ''} (threshold {r['threshold']:g}); "
+                body = (f"{esc(r['explanation'])}\n"
+                        f"[dim]{r['start_time']} .. {r['end_time']}; {esc(who)}\n"
+                        f"{esc(r['metric'])} = {_num(r['value'])} {esc(r['unit'] or '')} "
+                        f"(threshold {_num(r['threshold'])}); "
                         f"evidence {r['evidence_total']} frames[/dim]")
                 if r["evidence_frames"]:
                     body += (f"\n[dim]wireshark -r {summary['files'][0]} -Y "
                              f"\"{wireshark_filter(r['evidence_frames'][:20])}\"[/dim]")
-                console.print(Panel(body, title=f"{r['detector']}/{r['kind']} {r['finding_id']}",
+                console.print(Panel(body, title=esc(f"{r['detector']}/{r['kind']} {r['finding_id']}"),
                                     title_align="left", border_style=colours[severity]))
         console.print()
 

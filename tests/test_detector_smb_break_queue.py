@@ -1,0 +1,299 @@
+"""smb_break_queue on tiny constructed smb2_breaks / smb2_transactions frames (Zeek's policy-test
+habit: a few rows, lowered thresholds where it helps, an expected finding or none), plus the
+synthetic capture's labelled break queue (slow)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from analyzer.decoders.smb2_pairing import BREAK_COLUMNS, TRANSACTION_COLUMNS, polars_type
+from detectors import smb_break_queue as bq
+from detectors.base import FINDINGS_SCHEMA
+from fakes import FakeCapture
+
+MS = 1_000_000
+S = 1_000_000_000
+T0 = 1_700_000_000 * S
+SRV = "10.0.0.45"
+SHARE = "\\\\10.0.0.45\\data"
+FILE = SHARE + "\\report.xlsx"
+
+
+def frame(columns, rows: list[dict]) -> pl.DataFrame:
+    schema = {c.name: polars_type(c) for c in columns}
+    return pl.DataFrame([{k: r.get(k) for k in schema} for r in rows], schema=schema)
+
+
+def tx(client, port, flow, op, t_req, t_resp=None, *, frame_no, path=FILE, interim=None, status="STATUS_SUCCESS",
+       fid=(1, 1), lease_key=None, resp_frame=None, **extra):
+    answered = t_resp is not None
+    return dict(protocol="smb2", transport="tcp", flow=flow, client=client, client_port=port, server=SRV,
+                server_port=445, operation=op, resource=path, request_frame=frame_no,
+                response_frame=resp_frame or (frame_no + 1 if answered else None), request_ts_ns=T0 + t_req,
+                response_ts_ns=T0 + t_resp if answered else None,
+                latency_ns=(t_resp - t_req) if answered else None, status=status if answered else None,
+                is_error=False, answered=answered, share=SHARE if path else None, path=path,
+                fid_persistent=fid[0], fid_volatile=fid[1], interim_frame=interim,
+                interim_ts_ns=T0 + t_req + 50_000 if interim else None, pending_by_design=False,
+                expects_response=True, lease_key=lease_key, chain_index=0, **extra)
+
+
+def brk(t, *, frame_no=10, ack=None, kind="oplock", old="batch", new="level2", ack_required=True, flow=0,
+        client="10.0.1.1", port=50001, trigger=None, fid=(7, 7), lease_key=None, path=FILE):
+    row = dict(flow=flow, client=client, client_port=port, server=SRV, server_port=445, frame=frame_no,
+               ts_ns=T0 + t, kind=kind, fid_persistent=fid[0] if kind == "oplock" else None,
+               fid_volatile=fid[1] if kind == "oplock" else None, lease_key=lease_key, old_state=old,
+               new_state=new, ack_required=ack_required, share=SHARE, path=path, owner_flow=flow, owner_frame=3)
+    if ack is not None:
+        row.update(ack_frame=frame_no + 50, ack_ts_ns=T0 + ack, ack_latency_ns=ack - t, ack_state=new,
+                   ack_response_frame=frame_no + 51, ack_response_ts_ns=T0 + ack + 100_000,
+                   ack_response_status="STATUS_SUCCESS")
+    if trigger is not None:
+        row.update(trigger_frame=trigger["request_frame"], trigger_flow=trigger["flow"],
+                   trigger_client=trigger["client"], trigger_operation=trigger["operation"],
+                   trigger_path=trigger["path"], trigger_status=trigger["status"],
+                   trigger_response_frame=trigger["response_frame"], trigger_wait_ns=trigger["latency_ns"],
+                   trigger_match="blocked" if trigger["answered"] is False or
+                   (ack is not None and trigger["response_ts_ns"] >= T0 + ack) else "preceding")
+    return row
+
+
+def conns(rtt_ns=20_000, flows=8, client_packets=10):
+    return pl.DataFrame({"conn": list(range(flows)), "handshake_rtt_ns": [rtt_ns] * flows,
+                         "rtt_client_server_ns": [rtt_ns // 2] * flows, "rtt_server_client_ns": [rtt_ns // 2] * flows,
+                         "client_packets": [client_packets] * flows, "server_packets": [10] * flows},
+                        schema_overrides={"conn": pl.UInt32, "client_packets": pl.UInt32, "server_packets": pl.UInt32})
+
+
+def capture(breaks, txs, *, end=None, rtt_ns=20_000, client_packets=10, resolution_ns=1.0):
+    last = end if end is not None else max([r["ts_ns"] for r in breaks] + [r["response_ts_ns"] or r["request_ts_ns"]
+                                                                            for r in txs]) - T0
+    packets = pl.DataFrame({"frame": [1, 99999], "ts_ns": [T0, T0 + last]},
+                           schema={"frame": pl.UInt32, "ts_ns": pl.Int64})
+    # the holder's quick everyday requests give the server's median response time
+    base = [tx("10.0.1.1", 50001, 0, "READ", k * MS, k * MS + 200_000, frame_no=1000 + 2 * k, fid=(7, 7))
+            for k in range(5)]
+    return FakeCapture(resolution_ns=resolution_ns, smb2_breaks=frame(BREAK_COLUMNS, breaks),
+                       smb2_transactions=frame(TRANSACTION_COLUMNS, base + txs),
+                       connections=conns(rtt_ns, client_packets=client_packets), packets=packets)
+
+
+def queue_case(ack_after, n_waiters=3, spacing=100 * MS):
+    """Holder 10.0.1.1 sits ``ack_after`` on a batch oplock break; n CREATEs from other clients wait."""
+    t_break = 1 * S
+    waiters = []
+    for k in range(n_waiters):
+        t = t_break - 100_000 + k * spacing
+        waiters.append(tx(f"10.0.2.{k + 1}", 40000 + k, k + 1, "CREATE", t, t_break + ack_after + 300_000 + k * 10_000,
+                          frame_no=20 + 4 * k, interim=21 + 4 * k, fid=(100 + k, 100 + k)))
+    b = brk(t_break, ack=t_break + ack_after, trigger=waiters[0] if waiters else None)
+    return [b], waiters
+
+
+def test_slow_ack_with_queue_fires_and_explains():
+    breaks, waiters = queue_case(2 * S)
+    f = bq.detect(capture(breaks, waiters), bq.Params())
+    assert f.schema == FINDINGS_SCHEMA
+    assert f.height == 1
+    r = f.row(0, named=True)
+    assert r["detector"] == "smb_break_queue" and r["kind"] == "slow_ack"
+    assert r["client"] == "10.0.1.1" and r["server"] == SRV and r["resource"] == FILE
+    assert r["clients"] == 4 and r["client_identity"] == "address"
+    assert r["value"] == pytest.approx(2000.0) and r["threshold"] == pytest.approx(50.0)
+    # waits 2.0 + 1.9 + 1.8 s = 5.7 s >= high_wait_s (5 s)
+    assert r["severity"] == "high"
+    e = r["explanation"]
+    assert "client 10.0.1.1 took 2 s to acknowledge the oplock break on" in e and "(batch→level2)" in e
+    assert "3 CREATEs from 3 other clients waited behind it (3 with STATUS_PENDING)" in e
+    assert "queue depth up to 3" in e and "triggered by 10.0.2.1's CREATE" in e
+    assert {10, 60, 61, 20, 21, 24, 28}.issubset(set(r["evidence_frames"]))
+    assert r["start_ns"] == T0 + S and r["end_ns"] == T0 + 3 * S
+
+
+def test_one_waiter_is_medium_and_nobody_waiting_is_low():
+    breaks, waiters = queue_case(2 * S, n_waiters=1)
+    f = bq.detect(capture(breaks, waiters), bq.Params())
+    assert f["severity"].to_list() == ["medium"]
+    assert "1 CREATE from 1 other client" in f["explanation"][0]
+    breaks, _ = queue_case(2 * S, n_waiters=0)
+    f = bq.detect(capture(breaks, []), bq.Params())
+    assert f["severity"].to_list() == ["low"] and "no other request waited" in f["explanation"][0]
+
+
+def test_near_miss_fast_ack_is_silent_and_lowered_floor_fires():
+    breaks, waiters = queue_case(40 * MS)  # 40 ms < the 50 ms floor
+    cap = capture(breaks, waiters)
+    assert bq.detect(cap, bq.Params()).height == 0
+    f = bq.detect(cap, bq.Params(min_ack_latency_ns=10 * MS, medium_wait_s=0.03))
+    assert f.height == 1 and f["severity"][0] == "medium"   # only the trigger waited (40 ms)
+    assert "1 CREATE from 1 other client" in f["explanation"][0]
+
+
+def test_threshold_is_relative_to_the_path():
+    breaks, waiters = queue_case(200 * MS, n_waiters=1)
+    # 20 µs path: 200 ms is 10,000 RTTs -> fires
+    assert bq.detect(capture(breaks, waiters, rtt_ns=20_000), bq.Params()).height == 1
+    # 20 ms path: threshold = 20 x 20 ms = 400 ms -> a 200 ms ack is no pathology there
+    f = bq.detect(capture(breaks, waiters, rtt_ns=20 * MS), bq.Params())
+    assert f.height == 0
+
+
+def test_break_from_level2_needs_no_ack_and_is_ignored():
+    b = brk(1 * S, old="level2", new="none", ack_required=False)
+    assert bq.detect(capture([b], [], end=60 * S), bq.Params()).height == 0
+
+
+def test_unacknowledged_past_the_break_timeout():
+    t_break = 1 * S
+    w = tx("10.0.2.1", 40000, 1, "CREATE", t_break - 100_000, None, frame_no=20, interim=21, fid=(100, 100))
+    b = brk(t_break, trigger=w)
+    f = bq.detect(capture([b], [w], end=40 * S), bq.Params())
+    assert f.height == 1
+    r = f.row(0, named=True)
+    assert r["kind"] == "unacknowledged" and r["severity"] == "high"  # the waiter waited ~39 s
+    assert "never acknowledged" in r["explanation"] and "35 s break timeout" in r["explanation"]
+    assert r["value"] == pytest.approx(39_000.0)
+
+
+def test_unacknowledged_when_the_capture_ends_soon_after():
+    b = brk(1 * S)
+    f = bq.detect(capture([b], [], end=3 * S), bq.Params())
+    assert f.height == 1 and f["kind"][0] == "unacknowledged" and f["severity"][0] == "low"
+    assert "when the capture ends" in f["explanation"][0]
+    # capture ends 20 ms after the notification: nothing to judge
+    assert bq.detect(capture([b], [], end=1 * S + 20 * MS), bq.Params()).height == 0
+
+
+def test_unacknowledged_but_client_direction_not_captured_is_informational():
+    t_break = 1 * S
+    w = tx("10.0.2.1", 40000, 1, "CREATE", t_break - 100_000, None, frame_no=20, interim=21, fid=(100, 100))
+    f = bq.detect(capture([brk(t_break, trigger=w)], [w], end=40 * S, client_packets=0), bq.Params())
+    assert f["severity"].to_list() == ["informational"]
+    assert "cannot show one" in f["explanation"][0]
+
+
+def test_close_instead_of_ack_ends_the_break():
+    t_break = 1 * S
+    close = tx("10.0.1.1", 50001, 0, "CLOSE", t_break + 300 * MS, t_break + 301 * MS, frame_no=40, fid=(7, 7))
+    f = bq.detect(capture([brk(t_break)], [close], end=50 * S), bq.Params())
+    assert f.height == 1 and f["kind"][0] == "slow_ack" and f["value"][0] == pytest.approx(300.0)
+    assert "closed the file instead of acknowledging" in f["explanation"][0]
+
+
+def test_lease_break_and_waiters_only_on_the_same_path_from_other_opens():
+    t_break = 1 * S
+    key = "aaaaaaaa-0000-0000-0000-000000000001"
+    w1 = tx("10.0.2.1", 40000, 1, "CREATE", t_break - 100_000, t_break + 2 * S + 300_000, frame_no=20, interim=21,
+            fid=(100, 100))
+    other_path = tx("10.0.2.2", 40001, 2, "CREATE", t_break + 10 * MS, t_break + 2 * S + 400_000, frame_no=24,
+                    interim=25, path=SHARE + "\\other.docx", fid=(101, 101))
+    answered_early = tx("10.0.2.3", 40002, 3, "READ", t_break + 10 * MS, t_break + 12 * MS, frame_no=28,
+                        fid=(102, 102))
+    holders_own = tx("10.0.1.1", 50001, 0, "WRITE", t_break + 10 * MS, t_break + 2 * S + 100_000, frame_no=32,
+                     fid=(7, 7), lease_key=key)
+    b = brk(t_break, ack=t_break + 2 * S, kind="lease", old="RWH", new="RH", lease_key=key, trigger=w1)
+    f = bq.detect(capture([b], [w1, other_path, answered_early, holders_own]), bq.Params())
+    assert f.height == 1
+    r = f.row(0, named=True)
+    assert "the lease break on" in r["explanation"] and "(RWH→RH)" in r["explanation"]
+    assert "1 CREATE from 1 other client" in r["explanation"] and r["clients"] == 2
+
+
+def test_many_waiters_make_it_at_least_high():
+    breaks, waiters = queue_case(300 * MS, n_waiters=4, spacing=1 * MS)
+    f = bq.detect(capture(breaks, waiters), bq.Params())
+    assert f["severity"][0] == "medium"   # 4 x ~0.3 s = 1.2 s
+    f = bq.detect(capture(breaks, waiters), bq.Params(many_waiters=4))
+    assert f["severity"][0] == "high"
+
+
+def test_storm_on_one_file():
+    breaks = [brk(k * 400 * MS, frame_no=10 + 100 * k, ack=k * 400 * MS + 1 * MS, client=f"10.0.1.{1 + k % 3}",
+                  fid=(k, k)) for k in range(10)]
+    f = bq.detect(capture(breaks, [], end=10 * S), bq.Params())
+    assert f["kind"].to_list() == ["storm"]
+    r = f.row(0, named=True)
+    assert r["value"] == 10 and r["threshold"] == 8 and r["severity"] == "low" and r["clients"] == 3
+    assert r["explanation"].startswith("10 oplock breaks on " + FILE)
+    # 7 breaks (fewer than storm_min_breaks) or spread wider than the window: no storm
+    assert bq.detect(capture(breaks[:7], [], end=10 * S), bq.Params()).height == 0
+    wide = [brk(k * 2 * S, frame_no=10 + 100 * k, ack=k * 2 * S + 1 * MS, fid=(k, k)) for k in range(10)]
+    assert bq.detect(capture(wide, [], end=30 * S), bq.Params()).height == 0
+
+
+def test_holders_sharing_an_address_are_told_apart_by_port():
+    # two processes on 10.0.1.1 with requests outstanding at the same time from two ports
+    t_break = 1 * S
+    w = tx("10.0.2.1", 40000, 1, "CREATE", t_break - 100_000, t_break + 2 * S + 300_000, frame_no=20, interim=21,
+           fid=(100, 100))
+    p1 = tx("10.0.1.1", 50001, 0, "READ", 10 * MS, 30 * MS, frame_no=500, fid=(7, 7))
+    p2 = tx("10.0.1.1", 50002, 5, "READ", 15 * MS, 25 * MS, frame_no=502, fid=(8, 8))
+    f = bq.detect(capture([brk(t_break, ack=t_break + 2 * S, trigger=w)], [w, p1, p2]), bq.Params())
+    assert f["client"].to_list() == ["10.0.1.1:50001"] and f["client_identity"][0] == "address+port"
+
+
+def test_queue_depth_over_time():
+    breaks, waiters = queue_case(2 * S)
+    d = bq.queue_depth(capture(breaks, waiters), bq.Params())
+    assert d["depth"].max() == 3 and d["depth"][-1] == 0
+    assert d["depth"].to_list()[:3] == [1, 2, 3]
+
+
+def test_no_breaks_or_missing_frames_give_an_empty_frame():
+    assert bq.detect(FakeCapture(), bq.Params()).height == 0
+    cap = capture([], [], end=5 * S)
+    assert bq.detect(cap, bq.Params()).schema == FINDINGS_SCHEMA
+
+
+# -- synthetic capture -------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_synthetic_break_queue_label_is_found(tmp_path):
+    from analyzer import open_capture
+
+    out = tmp_path / "synth.pcap"
+    r = subprocess.run([sys.executable, str(ROOT / "samples" / "synth.py"), "--packets", "200000", "--seed", "3",
+                        "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    labels = [x for x in json.loads(Path(str(out) + ".labels.json").read_text()) if x["detector"] == bq.NAME]
+    assert labels
+    with open_capture(out) as cap:
+        f = bq.detect(cap, bq.Params())
+    for lab in labels:
+        hit = f.filter((pl.col("start_ns") - lab["parameters"]["break_notify_ns"]).abs() < 5 * MS)
+        assert hit.height == 1, f.select("start_ns", "resource", "explanation").to_dicts()
+        h = hit.row(0, named=True)
+        assert h["client"] == lab["parameters"]["holder"] and h["severity"] in ("medium", "high", "critical")
+        assert h["resource"].lower() == lab["resource"].lower()
+        assert f"{lab['parameters']['waiters']} CREATEs" in h["explanation"]
+    assert f.filter(pl.col("severity").is_in(["medium", "high", "critical"])).height == len(labels)
+
+
+# -- odd input never raises -------------------------------------------------------------------------------
+
+SAMPLES = ROOT / "samples"
+
+
+def test_nulls_in_any_column_never_raise():
+    from analyzer import open_capture
+
+    with open_capture(SAMPLES / "smb2-oplock-lease-break.pcap") as cap:
+        frames = {n: cap.frame(n) for n in ("smb2_breaks", "smb2_transactions", "connections")}
+        packets = cap.packets.select("frame", "ts_ns")
+    for name in ("smb2_breaks", "smb2_transactions"):
+        for col in frames[name].columns:
+            broken = dict(frames)
+            broken[name] = frames[name].with_columns(pl.lit(None, frames[name].schema[col]).alias(col))
+            f = bq.detect(FakeCapture(packets=packets, **broken), bq.Params())
+            assert f.schema == FINDINGS_SCHEMA, (name, col)
+    # and with every row but one gone, or the transactions missing altogether
+    f = bq.detect(FakeCapture(packets=packets, smb2_breaks=frames["smb2_breaks"].head(1)), bq.Params())
+    assert f.schema == FINDINGS_SCHEMA
