@@ -1,0 +1,414 @@
+"""Connection churn: a new TCP connection (with its handshake, bind or negotiate) per request.
+
+The pathology
+    A client that opens a connection, authenticates, asks one thing and closes, over and over, instead
+    of keeping one connection (a pool) open. Every request pays the TCP handshake and the protocol's
+    setup (LDAP bind, SMB2 NEGOTIATE + SESSION_SETUP + TREE_CONNECT), the server pays an accept and
+    an authentication each time, and the side that closes first keeps every 4-tuple in TIME_WAIT for
+    60 s, eating its ephemeral ports (RFC 9293 3.6.1, RFC 6191; Linux ip_local_port_range has 28,232
+    ports). Under load, SYNs queue in the server's listen backlog; when it is full they are dropped
+    (or reset), and clients wait their 1 s initial RTO (RFC 6298 2.1) before trying again.
+
+Client identity
+    Here the client is the **address**: connections from one address to one service, each from a new
+    source port, *are* the churn, so telling ports apart (``base.client_identity``'s address+port rule)
+    would hide it. Several processes behind one address (NAT, containers) that each open a connection
+    per request still churn from the server's point of view; the explanation says how many of the
+    connections overlapped in time, and how many new connections a second the service took from all
+    clients over the same period.
+
+What is measured, per (client address, server address, server port) and episode (a run of that
+client's connections to that service whose SYNs are at most ``episode_gap_ns`` apart: a pool with
+that idle timeout would have kept one connection), over connections whose SYN is in the capture
+    - connections and their rate: (n - 1) / (last SYN - first SYN);
+    - requests per connection: with a decoder for the port, its transactions (``ldap_transactions``:
+      operations other than bind, unbind and abandon; ``smb2_transactions``: CREATEs, or commands other
+      than NEGOTIATE / SESSION_SETUP / TREE_CONNECT / TREE_DISCONNECT / LOGOFF / ECHO when there is no
+      CREATE); without one, TCP request turns (runs of client payload after server payload, from
+      ``tcp_segments``). The explanation says which;
+    - each connection's life split into setup (SYN to the first useful request: handshake, plus bind
+      or negotiate where the protocol is known), work (first useful request to last useful response)
+      and teardown (to the last packet); the medians are reported;
+    - who closes first (Zeek history: ``F`` before ``f``): that side holds TIME_WAIT. When it is the
+      client, the ports held in TIME_WAIT at this rate are rate x ``time_wait_ns``, compared with
+      ``ephemeral_ports``;
+    - 4-tuples reused with a new ISN (``reused_ports``) and how soon (within ``time_wait_ns`` means the
+      ports cycle faster than TIME_WAIT).
+    Churn is reported when a client opened at least ``min_connections`` connections at
+    ``min_rate_per_s`` or more, carrying at most ``max_requests_per_connection`` decoded requests
+    (``max_turns_per_connection`` TCP turns without a decoder) each (median): the connection rate is
+    compared with the request rate the capture shows, not with an absolute number alone.
+
+    Per service (kind ``syn_backlog``): connection attempts that got no SYN/ACK (Zeek S0 with a
+    retransmitted SYN, or REJ / RSTOS0) within ``backlog_window_ns`` of a handshake to the same service
+    that succeeded, and handshakes that succeeded only after a retransmitted SYN (SYN to SYN/ACK
+    >= ``syn_retry_ns``): the listen backlog overflowing under load.
+
+Severity rule
+    churn: low once the gates above pass; medium at ``medium_rate_per_s`` (10/s) new connections a
+    second; high at ``high_rate_per_s`` (100/s), or when the client's TIME_WAIT ports at this rate would
+    reach ``high_time_wait_share`` (25 %) of the ephemeral range, or 4-tuples are reused within
+    TIME_WAIT; critical when TIME_WAIT would hold ``critical_time_wait_share`` (75 %) of the range.
+    Capped at low for services whose protocol opens a connection per request by design
+    (``one_shot_ports``: DNS over TCP 53, Kerberos 88 and 464), and those services are only reported
+    at all from the medium rate up. Informational when most of the group's
+    connections were seen in one direction only (one vantage point: cannot judge).
+    syn_backlog: low for ``min_failed_syns`` affected attempts; medium when they are at least
+    ``medium_failed_share`` (5 %) of the service's attempts in the affected period; high at
+    ``high_failed_share`` (20 %).
+
+Known false positives
+    Health checks and monitoring probes (one connection per probe by design, usually slower than the
+    medium rate); protocols whose norm is a connection per request (capped); a NAT address in front
+    of many independent clients each making one request (the overlap count in the explanation shows
+    it).
+
+References: RFC 9293 (TCP, TIME_WAIT), RFC 6191, RFC 6298, RFC 4511 4.2 (LDAP bind), MS-SMB2 3.2.4.2
+(connection setup), Zeek conn.log (conn_state, history).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from .base import empty_findings, findings, fmt_ns, resolution_ns
+
+NAME = "conn_churn"
+REQUIRES = ("connections", "tcp_segments")  # plus ldap_transactions / smb2_transactions when installed
+
+SMB2_SETUP = ["NEGOTIATE", "SESSION_SETUP", "TREE_CONNECT", "TREE_DISCONNECT", "LOGOFF", "ECHO", "CANCEL"]
+LDAP_SETUP = ["bindRequest", "unbindRequest", "abandonRequest"]
+PROTOCOL_WORDS = {
+    "ldap": ("LDAP operations (ldap_transactions)", "bind"),
+    "smb2": ("SMB2 opens (smb2_transactions)", "negotiate/session setup"),
+    "tcp": ("TCP request turns (no decoder for this port)", "the TCP handshake"),
+}
+
+
+@dataclass(frozen=True)
+class Params:
+    min_connections: int = 10  # new connections from one client to one service before judging
+    min_rate_per_s: float = 0.5  # and at least this many a second (first to last SYN of the episode)
+    episode_gap_ns: int = 10_000_000_000  # SYNs further apart than this start a new episode
+    max_requests_per_connection: float = 2.0  # median decoded requests per connection at most this
+    max_turns_per_connection: float = 4.0  # without a decoder: median TCP request turns (they include the
+    #                                        protocol's own setup and teardown exchanges)
+    medium_rate_per_s: float = 10.0  # severity: new connections a second from one client
+    high_rate_per_s: float = 100.0
+    time_wait_ns: int = 60_000_000_000  # TIME_WAIT length (Linux: 60 s)
+    ephemeral_ports: int = 28_232  # Linux ip_local_port_range 32768-60999
+    high_time_wait_share: float = 0.25  # of the ephemeral range held in TIME_WAIT at this rate
+    critical_time_wait_share: float = 0.75
+    one_shot_ports: str = "53,88,464"  # connection per request is the protocol's norm: at most low
+    # syn_backlog
+    min_failed_syns: int = 5  # attempts without SYN/ACK (or only after a SYN retry) before reporting
+    backlog_window_ns: int = 1_000_000_000  # ... within this of a successful handshake to the service
+    syn_retry_ns: int = 900_000_000  # SYN to SYN/ACK this long means the first SYN was not answered
+    medium_failed_share: float = 0.05
+    high_failed_share: float = 0.20
+
+
+def _ports(text: str) -> list[int]:
+    return [int(x) for x in str(text).replace(" ", "").split(",") if x]
+
+
+def _frame(capture, name: str) -> pl.DataFrame | None:
+    try:
+        f = capture.frame(name)
+    except KeyError:
+        return None
+    return f if f is not None and f.height else None
+
+
+def _endpoint(addr: str, port) -> str:
+    return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
+
+
+def _requests_per_conn(capture, conns: pl.DataFrame) -> pl.DataFrame:
+    """Per candidate connection: useful requests, first useful request and last useful response time,
+    and which way it was counted (ldap, smb2 or tcp)."""
+    parts = []
+    done = pl.DataFrame(schema={"conn": pl.UInt32})
+    ids = conns.select(pl.col("conn").cast(pl.UInt32))
+    for name, proto in (("ldap_transactions", "ldap"), ("smb2_transactions", "smb2")):
+        tx = _frame(capture, name)
+        if tx is None or "flow" not in tx.columns:
+            continue
+        tx = tx.filter(pl.col("transport").cast(pl.String) == "tcp").with_columns(
+            pl.col("flow").cast(pl.UInt32).alias("conn")).join(ids, on="conn", how="semi")
+        if tx.height == 0:
+            continue
+        if proto == "ldap":
+            useful = ~pl.col("operation").is_in(LDAP_SETUP)
+            per = tx.group_by("conn").agg(
+                useful.sum().cast(pl.Float64).alias("requests"),
+                pl.col("request_ts_ns").filter(useful).min().alias("work_start"),
+                pl.coalesce("response_ts_ns", "request_ts_ns").filter(useful).max().alias("work_end"),
+                pl.col("operation").filter(useful).mode().first().alias("op"),
+            )
+        else:
+            useful = ~pl.col("operation").is_in(SMB2_SETUP)
+            per = tx.group_by("conn").agg(
+                pl.when((pl.col("operation") == "CREATE").any())
+                .then((pl.col("operation") == "CREATE").sum()).otherwise(useful.sum())
+                .cast(pl.Float64).alias("requests"),
+                pl.col("request_ts_ns").filter(useful).min().alias("work_start"),
+                pl.coalesce("response_ts_ns", "request_ts_ns").filter(useful).max().alias("work_end"),
+                pl.lit("CREATE").alias("op"),
+            )
+        per = per.join(done, on="conn", how="anti").with_columns(pl.lit(proto).alias("counted_by"))
+        done = pl.concat([done, per.select("conn")])
+        parts.append(per)
+    rest = ids.join(done, on="conn", how="anti")
+    seg = _frame(capture, "tcp_segments")
+    if rest.height and seg is not None:
+        s = seg.select("conn", "frame", "from_client", "seglen").join(rest, on="conn", how="semi") \
+            .filter(pl.col("seglen") > 0)
+        p = capture.packets
+        s = s.join(p.select("frame", "ts_ns"), on="frame", how="left").sort("conn", "frame")
+        same = pl.col("conn") == pl.col("conn").shift(1)
+        turn = pl.col("from_client") & (~same | ~pl.col("from_client").shift(1)).fill_null(True)
+        per = s.with_columns(turn.alias("turn")).group_by("conn").agg(
+            pl.col("turn").sum().cast(pl.Float64).alias("requests"),
+            pl.col("ts_ns").filter(pl.col("from_client")).min().alias("work_start"),
+            pl.col("ts_ns").filter(~pl.col("from_client")).max().alias("work_end"),
+            pl.lit("request").alias("op"),
+        ).with_columns(pl.lit("tcp").alias("counted_by"))
+        parts.append(per)
+    if not parts:
+        return pl.DataFrame(schema={"conn": pl.UInt32, "requests": pl.Float64, "work_start": pl.Int64,
+                                    "work_end": pl.Int64, "op": pl.String, "counted_by": pl.String})
+    return pl.concat([x.select("conn", "requests", "work_start", "work_end", pl.col("op").cast(pl.String),
+                               "counted_by") for x in parts], how="vertical_relaxed")
+
+
+def _churn(capture, conns: pl.DataFrame, p: Params) -> pl.DataFrame:
+    c = conns.filter(pl.col("saw_start")).with_columns(
+        pl.col("client").cast(pl.String), pl.col("server").cast(pl.String))
+    if c.height == 0:
+        return pl.DataFrame()
+    # episodes: runs of connections from one client to one service whose SYNs are at most
+    # episode_gap_ns apart (a pool with that idle timeout would have kept the connection)
+    svc = ["client", "server", "server_port"]
+    c = c.sort(*svc, "syn_ts_ns").with_columns(
+        (pl.col("syn_ts_ns") - pl.col("syn_ts_ns").shift(1)).alias("_gap"),
+        pl.struct(svc).ne_missing(pl.struct(svc).shift(1)).alias("_new_svc"))
+    c = c.with_columns((pl.col("_new_svc") | (pl.col("_gap") > p.episode_gap_ns).fill_null(True))
+                       .cum_sum().alias("episode"))
+    key = [*svc, "episode"]
+    g = c.group_by(key).agg(
+        pl.len().alias("n"), pl.col("syn_ts_ns").min().alias("first_syn"), pl.col("syn_ts_ns").max().alias("last_syn"))
+    g = g.with_columns(((pl.col("last_syn") - pl.col("first_syn")) / 1e9).alias("span_s"))
+    g = g.with_columns(pl.when(pl.col("span_s") > 0).then((pl.col("n") - 1) / pl.col("span_s"))
+                       .otherwise(None).alias("rate"))
+    one_shot = pl.col("server_port").is_in(_ports(p.one_shot_ports))
+    cand = g.filter((pl.col("n") >= p.min_connections) & (pl.col("rate") >= p.min_rate_per_s)
+                    & (~one_shot | (pl.col("rate") >= p.medium_rate_per_s)))
+    if cand.height == 0:
+        return pl.DataFrame()
+    cc = c.join(cand.select(key), on=key, how="semi")
+    req = _requests_per_conn(capture, cc)
+    hist = pl.col("history")
+    f_at, f2_at = hist.str.find("F", literal=True), hist.str.find("f", literal=True)
+    client_first = f_at.is_not_null() & (f2_at.is_null() | (f_at < f2_at))
+    server_first = f2_at.is_not_null() & (f_at.is_null() | (f2_at < f_at))
+    cc = cc.join(req, on="conn", how="left").with_columns(
+        client_first.alias("client_closed_first"), server_first.alias("server_closed_first"),
+        (pl.col("last_ts_ns") - pl.col("syn_ts_ns")).clip(lower_bound=1).alias("life"),
+        ((pl.col("client_packets") > 0) & (pl.col("server_packets") > 0)).alias("both"),
+    ).with_columns(
+        ((pl.coalesce("work_start", "hs_end") - pl.col("syn_ts_ns")) / pl.col("life")).clip(0, 1).alias("setup_share"),
+        ((pl.col("last_ts_ns") - pl.coalesce("work_end", "last_ts_ns")) / pl.col("life")).clip(0, 1)
+        .alias("teardown_share"),
+    )
+    # overlap: connections open while an earlier one of the group was still open
+    cc = cc.sort(*key, "syn_ts_ns").with_columns(
+        (pl.col("syn_ts_ns") < pl.col("last_ts_ns").cum_max().shift(1).over(key)).fill_null(False).alias("overlaps"))
+    # 4-tuple reuse: the same client port again, and how soon
+    cc = cc.sort(*key, "client_port", "syn_ts_ns").with_columns(
+        (pl.col("syn_ts_ns") - pl.col("last_ts_ns").shift(1).over(*svc, "client_port")).alias("port_reuse_gap"))
+    agg = cc.group_by(key).agg(
+        pl.len().alias("n"), pl.col("syn_ts_ns").min().alias("start_ns"), pl.col("last_ts_ns").max().alias("end_ns"),
+        pl.col("syn_ts_ns").max().alias("last_syn"),
+        pl.col("requests").median().alias("req_median"), pl.col("requests").sum().alias("req_total"),
+        pl.col("counted_by").drop_nulls().mode().first().alias("counted_by"),
+        pl.col("op").drop_nulls().mode().first().alias("op"),
+        pl.col("setup_share").median(), pl.col("teardown_share").median(),
+        pl.col("life").median().alias("life_median"),
+        pl.col("client_closed_first").mean().alias("client_close_share"),
+        pl.col("server_closed_first").mean().alias("server_close_share"),
+        pl.col("overlaps").sum().alias("overlapping"),
+        pl.col("reused_ports").sum().alias("reused"),
+        pl.col("port_reuse_gap").min().alias("min_reuse_gap"),
+        pl.col("client_port").n_unique().alias("ports"),
+        pl.col("both").mean().alias("both_share"),
+        pl.col("first_frame").sort().alias("evidence_frames"),
+    ).join(cand.select(*key, "rate", "span_s"), on=key)
+    limit = pl.when(pl.col("counted_by") == "tcp").then(pl.lit(p.max_turns_per_connection)) \
+        .otherwise(pl.lit(p.max_requests_per_connection))
+    agg = agg.filter(pl.col("req_median").is_null() | (pl.col("req_median") <= limit))
+    # the service as a whole over each episode: new connections a second and from how many clients
+    win = agg.select(*key, pl.col("start_ns").alias("_a"), pl.col("last_syn").alias("_b"))
+    svc_load = c.select(*svc, "syn_ts_ns", pl.col("client").alias("_who")).drop("client").join(
+        win.rename({"client": "_for"}), on=["server", "server_port"]).filter(
+        pl.col("syn_ts_ns").is_between(pl.col("_a"), pl.col("_b"))).group_by("_for", "server", "server_port",
+                                                                          "episode").agg(
+        pl.len().alias("svc_n"), pl.col("_who").n_unique().alias("svc_clients"),
+        ((pl.col("_b").first() - pl.col("_a").first()) / 1e9).alias("_span")).rename({"_for": "client"})
+    agg = agg.join(svc_load, on=key, how="left").with_columns(
+        pl.when(pl.col("_span") > 0).then((pl.col("svc_n") - 1) / pl.col("_span")).alias("svc_rate")).drop("_span")
+    return agg
+
+
+def _churn_severity(p: Params) -> pl.Expr:
+    rate, tw = pl.col("rate"), pl.col("tw_share")
+    reuse_fast = (pl.col("min_reuse_gap") < p.time_wait_ns).fill_null(False)
+    base = (pl.when(tw >= p.critical_time_wait_share).then(pl.lit("critical"))
+            .when((rate >= p.high_rate_per_s) | (tw >= p.high_time_wait_share) | reuse_fast).then(pl.lit("high"))
+            .when(rate >= p.medium_rate_per_s).then(pl.lit("medium"))
+            .otherwise(pl.lit("low")))
+    one_shot = pl.col("server_port").is_in(_ports(p.one_shot_ports))
+    return (pl.when(pl.col("both_share") < 0.5).then(pl.lit("informational"))
+            .when(one_shot & base.is_in(["medium", "high", "critical"])).then(pl.lit("low"))
+            .otherwise(base))
+
+
+def _churn_findings(agg: pl.DataFrame, p: Params, res: float) -> pl.DataFrame:
+    agg = agg.with_columns(
+        pl.when(pl.col("client_close_share") >= 0.5)
+        .then(pl.min_horizontal(pl.col("rate") * (p.time_wait_ns / 1e9), pl.lit(float(p.ephemeral_ports)))
+              / p.ephemeral_ports).otherwise(0.0).alias("tw_share"))
+    agg = agg.with_columns(_churn_severity(p).alias("severity"))
+    texts = []
+    one_shot = set(_ports(p.one_shot_ports))
+    for r in agg.iter_rows(named=True):
+        counted, setup_word = PROTOCOL_WORDS.get(r["counted_by"] or "tcp", PROTOCOL_WORDS["tcp"])
+        op = {"searchRequest": "search", "CREATE": "open"}.get(r["op"] or "", (r["op"] or "request")
+                                                                 .replace("Request", ""))
+        span = fmt_ns(max(r["span_s"] * 1e9, res))
+        req = r["req_median"]
+        if req is None:
+            each = "requests per connection unknown"
+        else:
+            plural = "" if req == 1 else ("es" if op.endswith("h") else "s")
+            each = f"each carrying {req:.0f} {op}{plural} (median, counted as {counted})"
+        t = (f"{r['n']} connections from {r['client']} to {_endpoint(r['server'], r['server_port'])} in {span} "
+             f"({r['rate']:.1f}/s), {each}")
+        if r["setup_share"] is not None:
+            t += (f": {r['setup_share']:.0%} of each connection's life is handshake"
+                  + (f" and {setup_word}" if r["counted_by"] in ("ldap", "smb2") else ""))
+            if r["teardown_share"] is not None:
+                t += f", {r['teardown_share']:.0%} teardown"
+        if (r["client_close_share"] or 0) >= 0.5:
+            t += (f"; the client closes first, so at this rate about "
+                  f"{min(r['rate'] * p.time_wait_ns / 1e9, p.ephemeral_ports):,.0f} of its {p.ephemeral_ports:,} "
+                  f"ephemeral ports sit in TIME_WAIT ({r['tw_share']:.0%})")
+        elif (r["server_close_share"] or 0) >= 0.5:
+            t += "; the server closes first, so TIME_WAIT piles up on the server"
+        if r["reused"]:
+            t += (f"; {r['reused']} 4-tuples were reused"
+                  + (f", the soonest after {fmt_ns(r['min_reuse_gap'])} (inside TIME_WAIT)"
+                     if r["min_reuse_gap"] is not None and r["min_reuse_gap"] < p.time_wait_ns else ""))
+        if r["overlapping"]:
+            t += (f"; {r['overlapping']} opened while an earlier one was still open (several processes behind "
+                  f"one address each connecting per request look the same)")
+        if r["svc_clients"] and r["svc_clients"] > 1:
+            t += (f"; the service saw {r['svc_rate']:.1f} new connections/s from {r['svc_clients']} clients in "
+                  f"that time")
+        if r["server_port"] in one_shot:
+            t += "; a connection per request is this protocol's norm, so at most low"
+        if (r["both_share"] or 0) < 0.5:
+            t += "; most connections were seen in one direction only, so this cannot be judged (informational)"
+        t += "; reuse one connection (a pool) instead of connecting per request."
+        texts.append(t)
+    return agg.select(
+        pl.lit("churn").alias("kind"), "severity", pl.col("start_ns").cast(pl.Int64), pl.col("end_ns").cast(pl.Int64),
+        "client", "server",
+        pl.format("{}:{}", pl.when(pl.col("server").str.contains(":")).then(pl.format("[{}]", "server"))
+                  .otherwise(pl.col("server")), "server_port").alias("resource"),
+        pl.lit(1, pl.UInt32).alias("clients"), pl.lit("address").alias("client_identity"),
+        pl.lit("connections_per_s").alias("metric"), pl.col("rate").alias("value"),
+        pl.lit(p.medium_rate_per_s).alias("threshold"), pl.lit("1/s").alias("unit"),
+        "evidence_frames",
+    ).with_columns(pl.Series("explanation", texts, dtype=pl.String))
+
+
+def _backlog(conns: pl.DataFrame, p: Params, res: float) -> pl.DataFrame:
+    c = conns.filter(pl.col("saw_syn")).with_columns(pl.col("server").cast(pl.String),
+                                                     pl.col("client").cast(pl.String))
+    if c.height == 0:
+        return pl.DataFrame()
+    failed = (((pl.col("conn_state") == "S0") & (pl.col("client_packets") >= 2))
+              | pl.col("conn_state").is_in(["REJ", "RSTOS0"]))
+    retried = pl.col("saw_synack") & (pl.col("rtt_client_server_ns") >= p.syn_retry_ns)
+    c = c.with_columns(failed.alias("failed"), retried.alias("retried"))
+    key = ["server", "server_port"]
+    bad = c.filter(pl.col("failed") | pl.col("retried"))
+    if bad.height == 0:
+        return pl.DataFrame()
+    ok = c.filter(pl.col("saw_synack")).select(*key, pl.col("synack_ts_ns").alias("ok_ts")).sort("ok_ts")
+    # a successful handshake to the same service near each failure: under load, not a closed port
+    near = bad.sort("syn_ts_ns").join_asof(ok, left_on="syn_ts_ns", right_on="ok_ts", by=key,
+                                           strategy="nearest", check_sortedness=False)
+    near = near.filter((pl.col("ok_ts") - pl.col("syn_ts_ns")).abs() <= p.backlog_window_ns)
+    if near.height == 0:
+        return pl.DataFrame()
+    g = near.group_by(key).agg(
+        pl.len().alias("affected"), pl.col("failed").sum().alias("n_failed"),
+        pl.col("retried").sum().alias("n_retried"),
+        pl.col("syn_ts_ns").min().alias("start_ns"), pl.col("syn_ts_ns").max().alias("end_ns"),
+        pl.col("client").n_unique().alias("clients"), pl.col("first_frame").sort().alias("evidence_frames"),
+    ).filter(pl.col("affected") >= p.min_failed_syns)
+    if g.height == 0:
+        return pl.DataFrame()
+    attempts = c.join(g.select(*key, "start_ns", "end_ns"), on=key).filter(
+        pl.col("syn_ts_ns").is_between(pl.col("start_ns") - p.backlog_window_ns, pl.col("end_ns") + p.backlog_window_ns)
+    ).group_by(key).agg(pl.len().alias("attempts"))
+    g = g.join(attempts, on=key, how="left").with_columns(
+        (pl.col("affected") / pl.col("attempts")).alias("share"))
+    g = g.with_columns(
+        pl.when(pl.col("share") >= p.high_failed_share).then(pl.lit("high"))
+        .when(pl.col("share") >= p.medium_failed_share).then(pl.lit("medium"))
+        .otherwise(pl.lit("low")).alias("severity"))
+    texts = []
+    for r in g.iter_rows(named=True):
+        span = fmt_ns(max(r["end_ns"] - r["start_ns"], res))
+        texts.append(
+            f"{r['affected']} of {r['attempts']} connection attempts to {_endpoint(r['server'], r['server_port'])} "
+            f"from {r['clients']} client{'s' if r['clients'] != 1 else ''} within {span} got no SYN/ACK "
+            f"({r['n_failed']} never answered or reset, {r['n_retried']} answered only after a SYN retry) while "
+            f"other handshakes to it succeeded: the listen backlog is overflowing under a burst of new "
+            f"connections (raise the backlog / somaxconn, or stop connecting per request).")
+    return g.select(
+        pl.lit("syn_backlog").alias("kind"), "severity", pl.col("start_ns").cast(pl.Int64),
+        pl.col("end_ns").cast(pl.Int64), pl.lit(None, pl.String).alias("client"), "server",
+        pl.format("{}:{}", pl.when(pl.col("server").str.contains(":")).then(pl.format("[{}]", "server"))
+                  .otherwise(pl.col("server")), "server_port").alias("resource"),
+        pl.col("clients").cast(pl.UInt32), pl.lit("address").alias("client_identity"),
+        pl.lit("unanswered_syn_share").alias("metric"), pl.col("share").alias("value"),
+        pl.lit(p.medium_failed_share).alias("threshold"), pl.lit("fraction").alias("unit"),
+        "evidence_frames",
+    ).with_columns(pl.Series("explanation", texts, dtype=pl.String))
+
+
+def detect(capture, params: Params = Params()) -> pl.DataFrame:
+    p = params
+    conns = _frame(capture, "connections")
+    if conns is None:
+        return empty_findings()
+    res = resolution_ns(capture)
+    conns = conns.with_columns(
+        (pl.col("syn_ts_ns") + pl.col("handshake_rtt_ns")).alias("hs_end"))
+    parts = []
+    agg = _churn(capture, conns, p)
+    if agg.height:
+        parts.append(_churn_findings(agg, p, res))
+    bl = _backlog(conns, p, res)
+    if bl.height:
+        parts.append(bl)
+    if not parts:
+        return empty_findings()
+    rows = pl.concat(parts, how="diagonal_relaxed").with_columns(
+        pl.col("evidence_frames").cast(pl.List(pl.UInt32)))
+    return findings(rows, detector=NAME, params=p)

@@ -1,0 +1,264 @@
+"""conn_churn on tiny constructed connections / transactions frames (FakeCapture; each kind fires,
+near-misses stay quiet), on a scripted pcap for the TCP-only count, and on the labelled churn of the
+synthetic benchmark capture (slow)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from builders import handshake, tcp_conversation
+from detectors import conn_churn
+from detectors.base import FINDINGS_SCHEMA
+from fakes import FakeCapture
+from tshark_ref import corpus_files
+
+US, MS, S = 1_000, 1_000_000, 1_000_000_000
+T0 = 1_700_000_000 * S
+ROOT = Path(__file__).parent.parent
+
+CONN_SCHEMA = {
+    "conn": pl.UInt32, "client": pl.String, "client_port": pl.UInt16, "server": pl.String,
+    "server_port": pl.UInt16, "first_ts_ns": pl.Int64, "last_ts_ns": pl.Int64, "first_frame": pl.UInt32,
+    "client_packets": pl.UInt32, "server_packets": pl.UInt32, "syn_ts_ns": pl.Int64, "synack_ts_ns": pl.Int64,
+    "saw_syn": pl.Boolean, "saw_synack": pl.Boolean, "reused_ports": pl.Boolean, "history": pl.String,
+    "conn_state": pl.String, "rtt_client_server_ns": pl.Int64, "handshake_rtt_ns": pl.Int64,
+    "saw_start": pl.Boolean,
+}
+
+
+def connections(n, rate, *, client="10.0.0.1", server="10.0.0.89", port=389, start=T0, life=3 * MS, rtt=40 * US,
+                first_conn=0, history="ShADadFf", state="SF", ports=None, server_packets=6, reused=False):
+    """n connections from client to server:port, one every 1/rate s, each living ``life``."""
+    rows = []
+    for k in range(n):
+        t = start + int(k * S / rate)
+        rows.append({
+            "conn": first_conn + k, "client": client, "client_port": (ports[k] if ports else 40000 + k),
+            "server": server, "server_port": port, "first_ts_ns": t, "last_ts_ns": t + life,
+            "first_frame": 1 + 10 * (first_conn + k), "client_packets": 9,
+            "server_packets": server_packets if state not in ("S0",) else 0, "syn_ts_ns": t,
+            "synack_ts_ns": t + rtt // 2 if state not in ("S0", "REJ") else None,
+            "saw_syn": True, "saw_synack": state not in ("S0", "REJ"),
+            "reused_ports": reused and ports is not None and ports[k] in ports[:k],
+            "history": history, "conn_state": state, "rtt_client_server_ns": rtt // 2, "handshake_rtt_ns": rtt,
+            "saw_start": True,
+        })
+    return pl.DataFrame(rows, schema=CONN_SCHEMA)
+
+
+def ldap_tx(conns, searches=1, bind_ms=0.6, gap=200 * US):
+    """bind, ``searches`` searches and unbind on every connection (ldap_transactions columns the
+    detector reads)."""
+    rows = []
+    for c in conns.iter_rows(named=True):
+        t = c["syn_ts_ns"] + c["handshake_rtt_ns"] + 100 * US
+        ops = [("bindRequest", int(bind_ms * MS))] + [("searchRequest", 300 * US)] * searches + [("unbindRequest", 0)]
+        for op, lat in ops:
+            rows.append({"transport": "tcp", "flow": c["conn"], "operation": op, "request_ts_ns": t,
+                         "response_ts_ns": t + lat if op != "unbindRequest" else None})
+            t += lat + gap
+    return pl.DataFrame(rows, schema={"transport": pl.String, "flow": pl.UInt32, "operation": pl.String,
+                                      "request_ts_ns": pl.Int64, "response_ts_ns": pl.Int64})
+
+
+def smb2_tx(conns):
+    """A whole SMB2 session per connection around one file open (smb2_transactions columns read)."""
+    rows = []
+    ops = ["NEGOTIATE", "SESSION_SETUP", "SESSION_SETUP", "TREE_CONNECT", "CREATE", "READ", "CLOSE",
+           "TREE_DISCONNECT", "LOGOFF"]
+    for c in conns.iter_rows(named=True):
+        t = c["syn_ts_ns"] + c["handshake_rtt_ns"] + 50 * US
+        for op in ops:
+            rows.append({"transport": "tcp", "flow": c["conn"], "operation": op, "request_ts_ns": t,
+                         "response_ts_ns": t + 150 * US})
+            t += 250 * US
+    return pl.DataFrame(rows, schema={"transport": pl.String, "flow": pl.UInt32, "operation": pl.String,
+                                      "request_ts_ns": pl.Int64, "response_ts_ns": pl.Int64})
+
+
+def detect(cap, **params):
+    return conn_churn.detect(cap, conn_churn.Params(**params))
+
+
+def test_churn_with_ldap_transactions():
+    conns = connections(60, 20.0)
+    f = detect(FakeCapture(connections=conns, ldap_transactions=ldap_tx(conns)))
+    assert f.height == 1
+    r = f.row(0, named=True)
+    assert (r["kind"], r["severity"], r["client"], r["server"], r["resource"]) == \
+        ("churn", "medium", "10.0.0.1", "10.0.0.89", "10.0.0.89:389")
+    assert r["clients"] == 1 and r["client_identity"] == "address"
+    assert r["metric"] == "connections_per_s" and r["value"] == pytest.approx(20.0) and r["threshold"] == 10.0
+    assert r["evidence_total"] == 60 and r["evidence_frames"][:3] == [1, 11, 21]  # the SYNs
+    e = r["explanation"]
+    assert e.startswith("60 connections from 10.0.0.1 to 10.0.0.89:389 in 2.95 s (20.0/s), each carrying 1 search")
+    assert "counted as LDAP operations" in e and "handshake and bind" in e and "TIME_WAIT" in e
+    assert e.endswith("reuse one connection (a pool) instead of connecting per request.")
+
+
+def test_churn_with_smb2_transactions():
+    conns = connections(30, 12.0, server="10.0.0.45", port=445)
+    r = detect(FakeCapture(connections=conns, smb2_transactions=smb2_tx(conns))).row(0, named=True)
+    assert r["severity"] == "medium" and r["resource"] == "10.0.0.45:445"
+    assert "each carrying 1 open (median, counted as SMB2 opens (smb2_transactions))" in r["explanation"]
+    assert "handshake and negotiate/session setup" in r["explanation"]
+
+
+def test_pooled_connections_are_not_churn():
+    conns = connections(60, 20.0, life=2 * S)
+    assert detect(FakeCapture(connections=conns, ldap_transactions=ldap_tx(conns, searches=50))).height == 0
+
+
+def test_slow_or_few_connections():
+    # one every 30 s: every connection is its own episode (a pool would have timed out)
+    conns = connections(12, 1 / 30)
+    assert detect(FakeCapture(connections=conns, ldap_transactions=ldap_tx(conns))).height == 0
+    # 9 connections is under min_connections
+    conns = connections(9, 20.0)
+    assert detect(FakeCapture(connections=conns, ldap_transactions=ldap_tx(conns))).height == 0
+    # 1/s: churn, but below the medium rate; lowered, medium
+    conns = connections(12, 1.0)
+    cap = FakeCapture(connections=conns, ldap_transactions=ldap_tx(conns))
+    assert detect(cap)["severity"].cast(pl.String).to_list() == ["low"]
+    assert detect(cap, medium_rate_per_s=0.5)["severity"].cast(pl.String).to_list() == ["medium"]
+
+
+def test_churn_episode_inside_a_long_capture():
+    # the same client also makes a few ordinary connections far away: the episode's rate counts
+    conns = pl.concat([connections(3, 0.05, start=T0 - 400 * S),
+                       connections(100, 50.0, first_conn=3)])
+    f = detect(FakeCapture(connections=conns, ldap_transactions=ldap_tx(conns)))
+    r = f.row(0, named=True)
+    assert f.height == 1 and r["value"] == pytest.approx(50.0) and r["start_ns"] == T0
+
+
+def test_time_wait_pressure_and_port_reuse():
+    conns = connections(600, 150.0)
+    f = detect(FakeCapture(connections=conns, ldap_transactions=ldap_tx(conns)))
+    assert f["severity"].cast(pl.String).to_list() == ["high"]  # >= 100/s
+    # 4-tuples reused inside TIME_WAIT (ports cycling): high even at 20/s
+    conns = connections(40, 20.0, ports=[50000 + k % 10 for k in range(40)], reused=True)
+    r = detect(FakeCapture(connections=conns, ldap_transactions=ldap_tx(conns))).row(0, named=True)
+    assert r["severity"] == "high" and "30 4-tuples were reused, the soonest after" in r["explanation"]
+    # the server closes first: TIME_WAIT is on the server, no client port pressure
+    conns = connections(40, 20.0, history="ShADadfF")
+    r = detect(FakeCapture(connections=conns, ldap_transactions=ldap_tx(conns))).row(0, named=True)
+    assert "the server closes first" in r["explanation"] and r["severity"] == "medium"
+    # client port exhaustion: 500/s x 60 s > the whole ephemeral range
+    conns = connections(1000, 500.0)
+    assert detect(FakeCapture(connections=conns))["severity"].cast(pl.String).to_list() == ["critical"]
+
+
+def test_one_shot_protocols_and_one_vantage_point():
+    conns = connections(60, 20.0, port=88)
+    r = detect(FakeCapture(connections=conns)).row(0, named=True)
+    assert r["severity"] == "low" and "this protocol's norm" in r["explanation"]
+    assert detect(FakeCapture(connections=connections(60, 2.0, port=88))).height == 0
+    conns = connections(60, 20.0, server_packets=0)
+    r = detect(FakeCapture(connections=conns)).row(0, named=True)
+    assert r["severity"] == "informational" and "one direction only" in r["explanation"]
+
+
+def test_tcp_only_counts_request_turns(read_capture):
+    # 12 short connections, each: handshake, request, response, second request, response, close
+    caps = []
+    for k in range(12):
+        t = k * 150 * MS
+        steps = [dict(s, t=s["t"] + t) for s in handshake(0, rtt=40 * US)] + [
+            {"t": t + 100 * US, "from_client": True, "data": b"q" * 50, "flags": 0x18},
+            {"t": t + 200 * US, "from_client": False, "data": b"r" * 80, "flags": 0x18},
+            {"t": t + 300 * US, "from_client": True, "data": b"q" * 50, "flags": 0x18},
+            {"t": t + 400 * US, "from_client": False, "data": b"r" * 80, "flags": 0x18},
+            {"t": t + 500 * US, "from_client": True, "flags": 0x11},
+            {"t": t + 520 * US, "from_client": False, "flags": 0x11},
+            {"t": t + 540 * US, "from_client": True, "flags": 0x10}]
+        caps.append(read_capture(tcp_conversation(steps, client=("10.0.0.1", 40000 + k), server=("10.0.0.2", 7000)),
+                                 name=f"c{k}.pcap"))
+    # the 12 analysed conversations as one capture's frames (connection ids and frame numbers shifted)
+    conns = pl.concat([c.frame("connections").with_columns(pl.lit(k, pl.UInt32).alias("conn"),
+                                                            (pl.col("first_frame") + 100 * k).alias("first_frame"))
+                       .with_columns(pl.col("client").cast(pl.String), pl.col("server").cast(pl.String))
+                       for k, c in enumerate(caps)], how="vertical_relaxed")
+    segs = pl.concat([c.frame("tcp_segments").with_columns(pl.lit(k, pl.UInt32).alias("conn"),
+                                                            (pl.col("frame") + 100 * k).alias("frame"))
+                      for k, c in enumerate(caps)])
+    pkts = pl.concat([c.packets.select((pl.col("frame") + 100 * k).alias("frame"), "ts_ns")
+                      for k, c in enumerate(caps)])
+    f = detect(FakeCapture(connections=conns, tcp_segments=segs, packets=pkts))
+    r = f.row(0, named=True)
+    assert (r["kind"], r["severity"]) == ("churn", "low")  # 6.7/s, under the 10/s medium rate
+    assert "each carrying 2 requests (median, counted as TCP request turns (no decoder for this port))" \
+        in r["explanation"]
+    assert detect(FakeCapture(connections=conns, tcp_segments=segs, packets=pkts),
+                  max_turns_per_connection=1).height == 0
+
+
+def test_syn_backlog_overflow():
+    ok = connections(40, 40.0, server="10.0.0.80", port=80, client="10.0.1.1")
+    dropped = connections(6, 6.0, server="10.0.0.80", port=80, client="10.0.1.2", first_conn=100, state="S0",
+                          history="S")
+    f = detect(FakeCapture(connections=pl.concat([ok, dropped])))
+    r = f.filter(pl.col("kind") == "syn_backlog").row(0, named=True)
+    assert r["severity"] == "medium" and r["resource"] == "10.0.0.80:80" and r["client"] is None
+    assert r["value"] == pytest.approx(6 / 46) and r["evidence_total"] == 6
+    assert r["explanation"].startswith("6 of 46 connection attempts to 10.0.0.80:80 from 1 client")
+    # near misses: SYNs to a service that never answers anyone (filtered/closed port), and an S0 whose
+    # SYN was never retransmitted (the capture may simply have ended or missed the answer)
+    closed = connections(6, 6.0, server="10.0.0.81", port=80, first_conn=200, state="S0", history="S")
+    assert detect(FakeCapture(connections=closed)).height == 0
+    once = dropped.with_columns(pl.lit(1, pl.UInt32).alias("client_packets"))
+    assert detect(FakeCapture(connections=pl.concat([ok, once]))).filter(pl.col("kind") == "syn_backlog").height == 0
+
+
+def test_contract():
+    conns = connections(60, 20.0)
+    cap = FakeCapture(connections=conns, ldap_transactions=ldap_tx(conns))
+    a, b = detect(cap), detect(cap)
+    assert a.schema == FINDINGS_SCHEMA and a["finding_id"].to_list() == b["finding_id"].to_list()
+    assert json.loads(a["parameters"][0])["min_connections"] == 10
+    assert conn_churn.detect(FakeCapture(), conn_churn.Params()).schema == FINDINGS_SCHEMA
+    import dataclasses
+    src = Path(conn_churn.__file__).read_text()
+    assert all(f"    {f.name}:" in src for f in dataclasses.fields(conn_churn.Params))
+    assert "Severity rule" in conn_churn.__doc__ and "Client identity" in conn_churn.__doc__
+
+
+def test_never_raises_on_the_corpus():
+    from analyzer import open_capture
+
+    for row in corpus_files():
+        with open_capture(ROOT / "tests" / "data" / "corpus" / row["file"]) as cap:
+            f = conn_churn.detect(cap, conn_churn.Params())
+        assert f.schema == FINDINGS_SCHEMA, row["file"]
+
+
+def synthetic_capture(tmp_path_factory) -> Path:
+    """The 1M-packet benchmark capture when it was generated (.bench/), else a 200k one made here."""
+    bench = sorted((ROOT / ".bench").glob("synth-*.pcap"))
+    if bench:
+        return bench[0]
+    out = tmp_path_factory.mktemp("synth") / "s.pcap"
+    subprocess.run([sys.executable, str(ROOT / "samples" / "synth.py"), "--packets", "200000", "--seed", "3",
+                    "--out", str(out)], check=True, capture_output=True)
+    return out
+
+
+@pytest.mark.slow
+def test_synthetic_capture_labelled_churn_is_found(tmp_path_factory):
+    from analyzer import open_capture
+
+    path = synthetic_capture(tmp_path_factory)
+    labels = [x for x in json.loads(Path(str(path) + ".labels.json").read_text()) if x["detector"] == "conn_churn"]
+    with open_capture(path) as cap:
+        f = conn_churn.detect(cap, conn_churn.Params())
+    assert labels
+    for lab in labels:
+        hit = f.filter((pl.col("kind") == "churn") & (pl.col("client") == lab["clients"][0])
+                       & (pl.col("server") == lab["server"]) & (pl.col("start_ns") == lab["start_ns"]))
+        assert hit.height == 1, (lab, f.select("kind", "severity", "client", "start_ns").to_dicts())
+        assert str(hit["severity"][0]) == "medium"
+        assert f"{lab['parameters']['connections']} connections" in hit["explanation"][0]
+    assert f.filter(pl.col("severity").cast(pl.String).is_in(["medium", "high", "critical"])).height == len(labels)
