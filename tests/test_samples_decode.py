@@ -68,7 +68,7 @@ def test_kerberos_samples(file):
     with open_capture(SAMPLES / file) as cap:
         m = _frame_or_skip(cap, "kerberos_messages")
     f = facts(file)
-    counts = dict(m.group_by(pl.col("msg_type_name").cast(pl.String)).len().iter_rows())
+    counts = dict(m.group_by(pl.col("message").cast(pl.String)).len().iter_rows())
     assert (counts.get("AS-REQ", 0), counts.get("AS-REP", 0)) == (f["as_req"], f["as_rep"])
     assert (counts.get("TGS-REQ", 0), counts.get("TGS-REP", 0)) == (f["tgs_req"], f["tgs_rep"])
     errors = dict(m.filter(pl.col("error_code").is_not_null()).group_by("error_code").len().iter_rows())
@@ -81,7 +81,7 @@ def test_ldap_samples(file):
     with open_capture(SAMPLES / file) as cap:
         m = _frame_or_skip(cap, "ldap_messages")
     f = facts(file)
-    ops = dict(m.group_by(pl.col("op_name").cast(pl.String)).len().iter_rows())
+    ops = dict(m.group_by(pl.col("op").cast(pl.String)).len().iter_rows())
     if "bind_requests" in f:
         assert ops.get("bindRequest", 0) == f["bind_requests"]
         assert ops.get("searchRequest", 0) == f["search_requests"]

@@ -4,3 +4,5 @@
 """
 from . import dns  # noqa: F401
 from . import smb2  # noqa: F401
+from . import kerberos  # noqa: F401
+from . import ldap  # noqa: F401

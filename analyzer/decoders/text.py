@@ -19,7 +19,10 @@ _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 @njit(cache=True)
 def put_escaped(arena, pos, src, start, n):
     """Copy ``src[start:start+n]`` into ``arena`` at ``pos``, escaping bytes outside printable ASCII
-    (and the backslash) as ``\\xNN``. Returns the new position, or -1 when the arena is full."""
+    (and the backslash) as ``\\xNN``. Returns the new position, or -1 when the arena is full (a -1
+    passed in stays -1, so calls can be chained)."""
+    if pos < 0:
+        return -1
     cap = arena.shape[0]
     for k in range(n):
         b = src[start + k]
@@ -42,7 +45,7 @@ def put_escaped(arena, pos, src, start, n):
 @njit(cache=True)
 def put_byte(arena, pos, b):
     """Append one byte (the caller guarantees it is ASCII). Returns the new position or -1 if full."""
-    if pos >= arena.shape[0]:
+    if pos < 0 or pos >= arena.shape[0]:
         return -1
     arena[pos] = b
     return pos + 1

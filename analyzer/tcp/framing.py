@@ -9,7 +9,7 @@ Framings (the ``framing`` argument):
 - ``"length16"``: DNS over TCP, 2-byte length prefix (RFC 1035 §4.2.2). The message starts after it.
 - ``"ber"``: LDAP, one BER TLV per LDAPMessage (RFC 4511 §5.1). The message includes its tag and length.
   Streams that are not BER are framed too so the decoder can count them as opaque: TLS records (5-byte
-  header) and SASL security-layer buffers (4-byte length, RFC 4422 §3.7); those messages start at
+  header, content types 20-23) and SASL security-layer buffers (4-byte length, RFC 4422 §3.7); those messages start at
   their own header.
 
 Messages split over many segments and many messages in one segment both work. Only the first
@@ -109,7 +109,7 @@ def _header(kind, buf, p_start, p_avail, p_off, lo, hi, pos):
         if v < 0 or v > MAX_RECORD:
             return -1, 0, 0, False
         return 2 + nlen, v, 0, True
-    if b0 == 0x16 and b1 == 0x03:  # TLS record (StartTLS or LDAPS)
+    if 0x14 <= b0 <= 0x17 and b1 == 0x03:  # TLS record (StartTLS or LDAPS): CCS, alert, handshake, data
         v = _read(buf, p_start, p_avail, p_off, lo, hi, pos + 3, 2)
         if v < 0:
             return -1, 0, 0, False

@@ -1,0 +1,434 @@
+"""Kerberos V5 (RFC 4120) messages and KDC transactions.
+
+Messages: AS-REQ/TGS-REQ ([APPLICATION 10]/[12], KDC-REQ §5.4.1), AS-REP/TGS-REP ([11]/[13], KDC-REP
+§5.4.2), KRB-ERROR ([30], §5.9.1) and AP-REQ ([14], §5.5.1) both alone and inside the PA-TGS-REQ
+padata of a TGS-REQ; AP-REP, KRB-SAFE, KRB-PRIV and KRB-CRED are recognised (pvno, msg-type).
+Encrypted parts stay opaque: only their etype and kvno are read (EncryptedData §5.2.9).
+
+Transport: UDP port 88, one message per datagram (IP-fragmented datagrams reassembled by
+``analyzer.messages``); TCP port 88 with the 4-byte record mark of §7.2.2, which
+``analyzer.tcp.tcp_messages(cap, "record_mark", {88})`` strips: every message handed here starts at
+the [APPLICATION n] tag.
+
+Transactions (``pair_transactions``): one row per AS-REQ/TGS-REQ. Rules:
+
+- A KRB-ERROR carries no nonce: it answers the latest request before it on the same flow (UDP
+  4-tuple / TCP connection) that is still unanswered. A KDC-REP carries its nonce only inside the
+  encrypted EncKDCRepPart (§5.4.2), so it is paired the same way, restricted to requests of its
+  kind (AS-REP answers AS-REQ). Requests older than ``Params.timeout_ns`` are not candidates. A
+  response that finds only answered requests counts as an ``extra_responses`` of the latest one.
+  The request nonce marks UDP retries (``retransmission``: same flow and nonce as an earlier one).
+- ``login``: AS-REQs of one client address, cname and realm (realm compared case-insensitively)
+  form one login when each one but the last was answered by KDC_ERR_PREAUTH_REQUIRED (25) and the
+  next carries pre-authentication padata (``preauth``), or by KRB_ERR_RESPONSE_TOO_BIG (52) and the
+  next goes over TCP (§7.2.1), and the next is sent within ``Params.login_window_ns`` of that
+  error. TGS-REQs are grouped the same way (same client address and sname, RESPONSE_TOO_BIG → TCP).
+  ``login`` numbers those groups (dense, per transaction frame); ``login_step`` counts from 1.
+- ``is_error``: the reply is a KRB-ERROR, except the PREAUTH_REQUIRED / RESPONSE_TOO_BIG step of a
+  login that went on with a next request: that step is the protocol working as designed (RFC 4120
+  §3.1.1, §7.2.1), so only a login's last step can count as a failure. A PREAUTH_REQUIRED nobody
+  followed up (user enumeration, AS-REP roasting probes, a cancelled prompt) stays an error.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+from numba import njit
+
+from ..capture import frame_builder
+from ..messages import MESSAGE_COLUMNS as SET_COLUMNS, MessageSet, udp_messages
+from ..schema import FRAMES, Column, _col
+from . import ber
+from .common import TRANSACTION_COMMON
+from .kerberos_kernels import (  # noqa: F401  (the kernels and their field layout)
+    I_APP, I_CTIME, I_ENC_ETYPE, I_ENC_KVNO, I_ERROR_CODE, I_KDC_OPTIONS,
+    I_MSG_TYPE, I_NONCE, I_PREAUTH, I_PREAUTH_ETYPE, I_PVNO, I_STATUS,
+    I_STIME, I_TICKET_ETYPE, I_TICKET_KVNO, I_TILL, N_INTS, N_STRS,
+    _STR_NAMES, _decode_all)
+
+UDP_PORTS = {88}
+TCP_PORTS = {88}
+TCP_FRAMING = "record_mark"
+
+# RFC 4120 §7.5.7 (msg-type values; §5.10: the [APPLICATION n] tag of each message is the same n)
+MESSAGE_TYPES = {
+    10: "AS-REQ", 11: "AS-REP", 12: "TGS-REQ", 13: "TGS-REP", 14: "AP-REQ", 15: "AP-REP",
+    16: "KRB-RESERVED16", 17: "KRB-RESERVED17", 20: "KRB-SAFE", 21: "KRB-PRIV", 22: "KRB-CRED",
+    30: "KRB-ERROR",
+}
+MESSAGE_ENUM = pl.Enum(list(dict.fromkeys(MESSAGE_TYPES.values())))
+
+# RFC 4120 §7.5.9 (with RFC 6113 FAST and RFC 4556 PKINIT codes, as the IANA registry lists them)
+ERROR_CODES = {
+    0: "KDC_ERR_NONE", 1: "KDC_ERR_NAME_EXP", 2: "KDC_ERR_SERVICE_EXP", 3: "KDC_ERR_BAD_PVNO",
+    4: "KDC_ERR_C_OLD_MAST_KVNO", 5: "KDC_ERR_S_OLD_MAST_KVNO", 6: "KDC_ERR_C_PRINCIPAL_UNKNOWN",
+    7: "KDC_ERR_S_PRINCIPAL_UNKNOWN", 8: "KDC_ERR_PRINCIPAL_NOT_UNIQUE", 9: "KDC_ERR_NULL_KEY",
+    10: "KDC_ERR_CANNOT_POSTDATE", 11: "KDC_ERR_NEVER_VALID", 12: "KDC_ERR_POLICY",
+    13: "KDC_ERR_BADOPTION", 14: "KDC_ERR_ETYPE_NOSUPP", 15: "KDC_ERR_SUMTYPE_NOSUPP",
+    16: "KDC_ERR_PADATA_TYPE_NOSUPP", 17: "KDC_ERR_TRTYPE_NOSUPP", 18: "KDC_ERR_CLIENT_REVOKED",
+    19: "KDC_ERR_SERVICE_REVOKED", 20: "KDC_ERR_TGT_REVOKED", 21: "KDC_ERR_CLIENT_NOTYET",
+    22: "KDC_ERR_SERVICE_NOTYET", 23: "KDC_ERR_KEY_EXPIRED", 24: "KDC_ERR_PREAUTH_FAILED",
+    25: "KDC_ERR_PREAUTH_REQUIRED", 26: "KDC_ERR_SERVER_NOMATCH", 27: "KDC_ERR_MUST_USE_USER2USER",
+    28: "KDC_ERR_PATH_NOT_ACCEPTED", 29: "KDC_ERR_SVC_UNAVAILABLE", 31: "KRB_AP_ERR_BAD_INTEGRITY",
+    32: "KRB_AP_ERR_TKT_EXPIRED", 33: "KRB_AP_ERR_TKT_NYV", 34: "KRB_AP_ERR_REPEAT",
+    35: "KRB_AP_ERR_NOT_US", 36: "KRB_AP_ERR_BADMATCH", 37: "KRB_AP_ERR_SKEW",
+    38: "KRB_AP_ERR_BADADDR", 39: "KRB_AP_ERR_BADVERSION", 40: "KRB_AP_ERR_MSG_TYPE",
+    41: "KRB_AP_ERR_MODIFIED", 42: "KRB_AP_ERR_BADORDER", 44: "KRB_AP_ERR_BADKEYVER",
+    45: "KRB_AP_ERR_NOKEY", 46: "KRB_AP_ERR_MUT_FAIL", 47: "KRB_AP_ERR_BADDIRECTION",
+    48: "KRB_AP_ERR_METHOD", 49: "KRB_AP_ERR_BADSEQ", 50: "KRB_AP_ERR_INAPP_CKSUM",
+    51: "KRB_AP_PATH_NOT_ACCEPTED", 52: "KRB_ERR_RESPONSE_TOO_BIG", 60: "KRB_ERR_GENERIC",
+    61: "KRB_ERR_FIELD_TOOLONG", 62: "KDC_ERROR_CLIENT_NOT_TRUSTED", 63: "KDC_ERROR_KDC_NOT_TRUSTED",
+    64: "KDC_ERROR_INVALID_SIG", 65: "KDC_ERR_KEY_TOO_WEAK", 66: "KDC_ERR_CERTIFICATE_MISMATCH",
+    67: "KRB_AP_ERR_NO_TGT", 68: "KDC_ERR_WRONG_REALM", 69: "KRB_AP_ERR_USER_TO_USER_REQUIRED",
+    70: "KDC_ERR_CANT_VERIFY_CERTIFICATE", 71: "KDC_ERR_INVALID_CERTIFICATE",
+    72: "KDC_ERR_REVOKED_CERTIFICATE", 73: "KDC_ERR_REVOCATION_STATUS_UNKNOWN",
+    74: "KDC_ERR_REVOCATION_STATUS_UNAVAILABLE", 75: "KDC_ERR_CLIENT_NAME_MISMATCH",
+    76: "KDC_ERR_KDC_NAME_MISMATCH", 77: "KDC_ERR_INCONSISTENT_KEY_PURPOSE",
+    78: "KDC_ERR_DIGEST_IN_CERT_NOT_ACCEPTED", 79: "KDC_ERR_PA_CHECKSUM_MUST_BE_INCLUDED",
+    80: "KDC_ERR_DIGEST_IN_SIGNED_DATA_NOT_ACCEPTED", 81: "KDC_ERR_PUBLIC_KEY_ENCRYPTION_NOT_SUPPORTED",
+    90: "KDC_ERR_PREAUTH_EXPIRED", 91: "KDC_ERR_MORE_PREAUTH_DATA_REQUIRED",
+    93: "KDC_ERR_UNKNOWN_CRITICAL_FAST_OPTIONS", 100: "KDC_ERR_NO_ACCEPTABLE_KDF",
+}
+KDC_ERR_PREAUTH_REQUIRED = 25
+KRB_ERR_RESPONSE_TOO_BIG = 52
+
+# RFC 4120 §7.5.2, RFC 6113 §7.2, RFC 4556 §3.1.3, MS-KILE 2.2: PA-DATA types that carry
+# pre-authentication (what a client sends after KDC_ERR_PREAUTH_REQUIRED)
+PREAUTH_PADATA = {2: "PA-ENC-TIMESTAMP", 14: "PA-PK-AS-REQ_OLD", 16: "PA-PK-AS-REQ",
+                  136: "PA-FX-FAST", 138: "PA-ENCRYPTED-CHALLENGE"}
+
+# --- columns -------------------------------------------------------------------------------------
+_SET_KEEP = tuple(c for c in SET_COLUMNS if c.name not in ("offset", "length"))
+
+MESSAGE_COLUMNS: tuple[Column, ...] = _SET_KEEP + (
+    _col("message", object, "message kind from the [APPLICATION n] tag (RFC 4120 §5.10): AS-REQ, AS-REP, "
+         "TGS-REQ, TGS-REP, AP-REQ, AP-REP, KRB-SAFE, KRB-PRIV, KRB-CRED, KRB-ERROR", polars=MESSAGE_ENUM),
+    _col("msg_type", np.int32, "msg-type field (RFC 4120 §5.4.1, §7.5.7); tshark kerberos.msg_type"),
+    _col("pvno", np.int32, "protocol version number, 5 (RFC 4120 §5.4.1)"),
+    _col("realm", object, "realm field: KDC-REQ-BODY realm (§5.4.1; the client's realm in an AS-REQ), the "
+         "issued ticket's realm in a KDC-REP (§5.3), the service realm of a KRB-ERROR (§5.9.1), the "
+         "ticket realm of an AP-REQ; tshark kerberos.realm (first occurrence)", polars=pl.String),
+    _col("crealm", object, "client realm of a KDC-REP or KRB-ERROR (§5.4.2, §5.9.1)", polars=pl.String),
+    _col("cname", object, "client name-string components joined with '/' (§5.2.2 PrincipalName): KDC-REQ-BODY "
+         "cname, KDC-REP cname, KRB-ERROR cname; tshark kerberos.CNameString", polars=pl.String),
+    _col("sname", object, "service name-string joined with '/': KDC-REQ-BODY sname, the issued ticket's sname "
+         "in a KDC-REP, KRB-ERROR sname, the ticket's sname in an AP-REQ; tshark kerberos.SNameString",
+         polars=pl.String),
+    _col("nonce", np.int64, "KDC-REQ-BODY nonce (§5.4.1); requests only, a reply's nonce is inside its encrypted "
+         "part (§5.4.2); tshark kerberos.nonce"),
+    _col("etypes", object, "requested encryption types, in the client's order of preference, comma-separated "
+         "(KDC-REQ-BODY etype §5.4.1; tshark kerberos.ENCTYPE)", polars=pl.String),
+    _col("padata_types", object, "padata-type of every PA-DATA, comma-separated (§5.2.7): request and reply "
+         "padata; for a KRB-ERROR the METHOD-DATA in e-data (§5.9.1; types the KDC accepts)",
+         polars=pl.String),
+    _col("preauth", np.bool_, "the request carries pre-authentication: PA-ENC-TIMESTAMP (2), PA-PK-AS-REQ "
+         "(14, 16), PA-FX-FAST (136) or PA-ENCRYPTED-CHALLENGE (138)"),
+    _col("preauth_etype", np.int32, "etype of the PA-ENC-TIMESTAMP EncryptedData (§5.2.7.2)"),
+    _col("kdc_options", np.uint32, "KDCOptions flags, bit 0 (reserved) the most significant, as tshark prints "
+         "kerberos.kdc_options (§5.4.1): 0x40000000 forwardable, 0x00800000 renewable, 0x00010000 canonicalize, "
+         "0x00000010 renewable-ok"),
+    _col("till_ns", np.int64, "KDC-REQ-BODY till (§5.4.1), ns since the epoch; null past 2262"),
+    _col("tgs_ticket_realm", object, "TGS-REQ: realm of the ticket in the PA-TGS-REQ AP-REQ (§5.4.1, §5.5.1), "
+         "normally the TGT's", polars=pl.String),
+    _col("tgs_ticket_sname", object, "TGS-REQ: sname of the ticket in the PA-TGS-REQ AP-REQ (krbtgt/REALM for "
+         "a TGT)", polars=pl.String),
+    _col("ticket_etype", np.int32, "etype of the enc-part of the ticket the message carries (§5.3): the issued "
+         "ticket of a KDC-REP, the PA-TGS-REQ ticket of a TGS-REQ, the ticket of an AP-REQ"),
+    _col("ticket_kvno", np.int64, "kvno of that ticket's enc-part (§5.2.9), null when absent"),
+    _col("enc_etype", np.int32, "etype of the KDC-REP enc-part (§5.4.2), or the AP-REQ authenticator"),
+    _col("enc_kvno", np.int64, "kvno of that enc-part, null when absent"),
+    _col("error_code", np.int32, "KRB-ERROR error-code (§5.9.1, §7.5.9); tshark kerberos.error_code"),
+    _col("error_name", object, "error-code by name (§7.5.9)", polars=pl.String),
+    _col("e_text", object, "KRB-ERROR e-text (§5.9.1)", polars=pl.String),
+    _col("stime_ns", np.int64, "KRB-ERROR stime + susec (§5.9.1), ns since the epoch"),
+    _col("ctime_ns", np.int64, "KRB-ERROR ctime + cusec when present (§5.9.1), ns since the epoch"),
+    _col("decode_error", object, "null when the message decoded; else why not (truncated, bad length, "
+         "unexpected tag, missing field, indefinite length, not this protocol ...). Fields read before "
+         "the problem are kept", polars=pl.String),
+)
+
+TRANSACTION_COLUMNS: tuple[Column, ...] = TRANSACTION_COMMON + (
+    _col("login", np.uint32, "id of the login (AS) or ticket request (TGS) this exchange belongs to: "
+         "PREAUTH_REQUIRED / RESPONSE_TOO_BIG retries chained (see module doc)"),
+    _col("login_step", np.uint16, "1 for the first request of its login, 2 for the retry ..."),
+    _col("login_status", object, "status of the login's last step (AS-REP, TGS-REP, an error name; null "
+         "when unanswered)", polars=pl.String),
+    _col("msg_type", np.int32, "10 AS-REQ or 12 TGS-REQ"),
+    _col("cname", object, "client name of the request (AS) or of the reply", polars=pl.String),
+    _col("realm", object, "request realm (KDC-REQ-BODY realm)", polars=pl.String),
+    _col("sname", object, "requested service name", polars=pl.String),
+    _col("nonce", np.int64, "request nonce"),
+    _col("etypes", object, "requested etypes", polars=pl.String),
+    _col("padata_types", object, "request padata types", polars=pl.String),
+    _col("preauth", np.bool_, "the request carries pre-authentication"),
+    _col("kdc_options", np.uint32, "request KDCOptions"),
+    _col("tgs_ticket_sname", object, "TGS-REQ: sname of the presented ticket", polars=pl.String),
+    _col("response", object, "KDC-REP kind or KRB-ERROR", polars=MESSAGE_ENUM),
+    _col("error_code", np.int32, "KRB-ERROR error-code"),
+    _col("e_text", object, "KRB-ERROR e-text", polars=pl.String),
+    _col("ticket_etype", np.int32, "reply: etype of the issued ticket (23 = RC4: Kerberoasting material)"),
+    _col("enc_etype", np.int32, "reply: etype of the enc-part (the client key's etype)"),
+    _col("extra_responses", np.uint16, "further replies paired to this request after the first"),
+    _col("retransmission", np.bool_, "an earlier request on the same flow had the same nonce (UDP retry)"),
+)
+
+FRAMES.setdefault("kerberos_messages", MESSAGE_COLUMNS)  # descriptions for ``herdscope export``
+FRAMES.setdefault("kerberos_transactions", TRANSACTION_COLUMNS)
+
+
+@dataclass(frozen=True)
+class Params:
+    # a reply more than this after the request does not answer it (MIT's and Windows' KDC timeouts
+    # are 1-10 s per try; a UDP 4-tuple can be reused later)
+    timeout_ns: int = 30_000_000_000
+    # a retry after PREAUTH_REQUIRED / RESPONSE_TOO_BIG within this belongs to the same login
+    login_window_ns: int = 30_000_000_000
+
+
+# --- Python side ----------------------------------------------------------------------------------
+
+def _kernel(ms: MessageSet):
+    """Run the kernel over one set: (row -> message index, ints, spans, arena)."""
+    n = ms.height
+    offsets = ms.frame["offset"].to_numpy().astype(np.int64)
+    lengths = ms.frame["length"].to_numpy().astype(np.int64)
+    if n and (offsets.min() < 0 or (offsets + lengths).max() > ms.buf.shape[0]):
+        raise ValueError("message set offsets/lengths outside its buffer")
+    ints = np.empty((N_INTS, n), np.int64)
+    spans = np.empty((2 * N_STRS, n), np.int64)
+    size = int(lengths.sum()) * 2 + 64 * n + 1024
+    while True:  # strings need at most 4x their bytes (escapes); grow on the rare overflow
+        arena = np.empty(size, np.uint8)
+        used = _decode_all(ms.buf, offsets, lengths, ints, spans, arena)
+        if used >= 0:
+            break
+        size *= 2
+    return np.arange(n, dtype=np.int64), ints, spans, arena[:used]
+
+
+def _polars_type(c: Column):
+    if c.polars is not None:
+        return c.polars
+    if c.name == "transport":
+        from ..messages import TRANSPORTS
+        return TRANSPORTS
+    if c.dtype is object:
+        return pl.String
+    return pl.from_numpy(np.zeros(1, c.dtype)).to_series().dtype
+
+
+def _empty(columns) -> pl.DataFrame:
+    return pl.DataFrame(schema={c.name: _polars_type(c) for c in columns})
+
+
+_INT_COLUMNS = {  # column -> (field, dtype)
+    "msg_type": (I_MSG_TYPE, pl.Int32), "pvno": (I_PVNO, pl.Int32), "nonce": (I_NONCE, pl.Int64),
+    "preauth": (I_PREAUTH, pl.Boolean), "preauth_etype": (I_PREAUTH_ETYPE, pl.Int32),
+    "kdc_options": (I_KDC_OPTIONS, pl.UInt32), "till_ns": (I_TILL, pl.Int64),
+    "ticket_etype": (I_TICKET_ETYPE, pl.Int32), "ticket_kvno": (I_TICKET_KVNO, pl.Int64),
+    "enc_etype": (I_ENC_ETYPE, pl.Int32), "enc_kvno": (I_ENC_KVNO, pl.Int64),
+    "error_code": (I_ERROR_CODE, pl.Int32), "stime_ns": (I_STIME, pl.Int64), "ctime_ns": (I_CTIME, pl.Int64),
+}
+
+
+def decode_messages(sets: list[MessageSet]) -> pl.DataFrame:
+    """Kerberos message sets (UDP datagrams / record-mark-framed TCP messages) → kerberos_messages,
+    one row per message, in time order."""
+    sets = [ms for ms in sets if ms.height]
+    if not sets:
+        return _empty(MESSAGE_COLUMNS)
+    base, ints, spans, arena = ber.stack_sets(sets, [_kernel(ms) for ms in sets])
+    decoded = pl.DataFrame([
+        ber.int_column("message", ints[I_APP], pl.Int64)
+        .replace_strict(MESSAGE_TYPES, default=None, return_dtype=MESSAGE_ENUM),
+        *[ber.int_column(name, ints[k], dtype) for name, (k, dtype) in _INT_COLUMNS.items()],
+        *ber.string_columns(_STR_NAMES, arena, spans),
+        ber.status_column("decode_error", ints[I_STATUS]),
+    ])
+    decoded = decoded.with_columns(
+        pl.col("error_code").cast(pl.Int64).replace_strict(ERROR_CODES, default=None, return_dtype=pl.String)
+        .fill_null(pl.format("KRB_ERROR_{}", pl.col("error_code"))).alias("error_name"),
+        # preauth is a request property: null on other messages
+        pl.when(pl.col("message").is_in(["AS-REQ", "TGS-REQ"])).then(pl.col("preauth")).alias("preauth"),
+    )
+    return pl.concat([base, decoded], how="horizontal").select([c.name for c in MESSAGE_COLUMNS])
+
+
+# --- transactions ----------------------------------------------------------------------------------
+
+_CONTINUE_ERRORS = (KDC_ERR_PREAUTH_REQUIRED, KRB_ERR_RESPONSE_TOO_BIG)
+_REQUEST_KINDS = ("AS-REQ", "TGS-REQ")
+_REPLY_KIND = {"AS-REP": 10, "TGS-REP": 12}
+_MATCH_SCAN = 256  # how far back on one flow a response looks for its request
+
+
+@njit(cache=True)
+def _match(flow, ts, is_request, kind, ref, req_kind, req_ts, n_resp, timeout):
+    """Events sorted by (flow, time, requests first). Each response takes the latest unanswered
+    request of its flow before it, sent at most ``timeout`` earlier (a KDC-REP only a request of
+    its kind: ``kind`` is the request msg-type it answers, 0 for KRB-ERROR). A response finding only
+    answered requests points at the latest one with ``dup`` set. Returns (request index per
+    response or -1, dup per response)."""
+    resp_req = np.full(n_resp, -1, np.int64)
+    dup = np.zeros(n_resp, np.bool_)
+    answered = np.zeros(req_kind.shape[0], np.bool_)
+    stack = np.empty(flow.shape[0], np.int64)
+    top = 0
+    cur = np.int64(-1)
+    for e in range(flow.shape[0]):
+        if flow[e] != cur:
+            cur = flow[e]
+            top = 0
+        if is_request[e]:
+            stack[top] = ref[e]
+            top += 1
+            continue
+        want = kind[e]
+        found = -1
+        latest = -1
+        lo = max(-1, top - 1 - _MATCH_SCAN)
+        for j in range(top - 1, lo, -1):
+            r = stack[j]
+            if ts[e] - req_ts[r] > timeout:
+                break  # older requests are older still
+            if want != 0 and req_kind[r] != want:
+                continue
+            if latest < 0:
+                latest = r
+            if not answered[r]:
+                found = r
+                break
+        if found >= 0:
+            answered[found] = True
+            resp_req[ref[e]] = found
+        elif latest >= 0:
+            resp_req[ref[e]] = latest
+            dup[ref[e]] = True
+    return resp_req, dup
+
+
+def pair_transactions(messages: pl.DataFrame, params: Params = Params()) -> pl.DataFrame:
+    """kerberos_messages → kerberos_transactions (rules in the module docstring).
+
+    Deliberate difference from the brief's "pair by nonce": a KDC-REP's nonce is inside its
+    encrypted part (EncKDCRepPart, RFC 4120 §5.4.2), so a reply is paired like an error, by flow
+    and order (the latest unanswered request of its kind on the flow); the request nonce still tells
+    retransmissions apart."""
+    m = messages.with_row_index("_row")
+    req = m.filter(pl.col("message").is_in(_REQUEST_KINDS)).sort("ts_last_ns", "_row")
+    resp = m.filter(pl.col("message").is_in(["AS-REP", "TGS-REP", "KRB-ERROR"])).sort("ts_last_ns", "_row")
+    if req.height == 0:
+        return _empty(TRANSACTION_COLUMNS)
+    req = req.with_row_index("_req")
+    resp = resp.with_row_index("_resp")
+    # UDP flow ids and TCP connection ids are separate numberings: key flows by transport too
+    flow_key = (pl.col("flow").cast(pl.Int64) * 2 + (pl.col("transport").cast(pl.String) == "tcp").cast(pl.Int64))
+    events = pl.concat([
+        req.select(flow_key.alias("flow"), pl.col("ts_last_ns"), pl.lit(True).alias("_is_req"),
+                   pl.col("msg_type").fill_null(0).cast(pl.Int64).alias("_kind"),
+                   pl.col("_req").cast(pl.Int64).alias("_ref")),
+        resp.select(flow_key.alias("flow"), pl.col("ts_last_ns"), pl.lit(False).alias("_is_req"),
+                    pl.col("message").cast(pl.String).replace_strict(_REPLY_KIND, default=0, return_dtype=pl.Int64)
+                    .alias("_kind"),
+                    pl.col("_resp").cast(pl.Int64).alias("_ref")),
+    ]).sort("flow", "ts_last_ns", pl.col("_is_req").not_())
+    req_kind = req["msg_type"].fill_null(0).cast(pl.Int64).to_numpy()
+    resp_req, dup = _match(events["flow"].to_numpy(), events["ts_last_ns"].to_numpy(), events["_is_req"].to_numpy(),
+                           events["_kind"].to_numpy(), events["_ref"].to_numpy(), req_kind,
+                           req["ts_last_ns"].to_numpy(), resp.height, np.int64(params.timeout_ns))
+    resp = resp.with_columns(pl.Series("_req", resp_req), pl.Series("_dup", dup))
+    answers = resp.filter((pl.col("_req") >= 0) & ~pl.col("_dup")).select(
+        pl.col("_req").cast(pl.UInt32), pl.col("frame_last").alias("response_frame"),
+        pl.col("ts_last_ns").alias("response_ts_ns"), pl.col("message").alias("response"),
+        "error_code", pl.col("error_name").alias("_error_name"), "e_text", "ticket_etype", "enc_etype",
+        pl.col("cname").alias("_resp_cname"))
+    extra = resp.filter(pl.col("_dup")).group_by("_req").agg(pl.len().cast(pl.UInt16).alias("extra_responses")) \
+        .with_columns(pl.col("_req").cast(pl.UInt32))
+    tx = req.select("_req", "transport", "flow", "src", "dst", "sport", "dport", "frame_last", "ts_last_ns",
+                    "message", "msg_type", "cname", "realm", "sname", "nonce", "etypes", "padata_types",
+                    "preauth", "kdc_options", "tgs_ticket_sname") \
+        .join(answers, on="_req", how="left", maintain_order="left") \
+        .join(extra, on="_req", how="left", maintain_order="left")
+    is_as = pl.col("msg_type") == 10
+    status = pl.when(pl.col("response") == "KRB-ERROR").then(pl.col("_error_name")) \
+        .otherwise(pl.col("response").cast(pl.String))
+    tx = tx.with_columns(
+        pl.lit("kerberos").alias("protocol"),
+        pl.col("src").alias("client"), pl.col("sport").alias("client_port"),
+        pl.col("dst").alias("server"), pl.col("dport").alias("server_port"),
+        pl.col("message").cast(pl.String).alias("operation"),
+        pl.when(is_as).then(pl.concat_str(pl.col("cname").fill_null(pl.col("_resp_cname")), pl.lit("@"),
+                                          pl.col("realm")))
+        .otherwise(pl.concat_str(pl.col("sname"), pl.lit("@"), pl.col("realm"))).alias("resource"),
+        pl.col("frame_last").alias("request_frame"), pl.col("ts_last_ns").alias("request_ts_ns"),
+        (pl.col("response_ts_ns") - pl.col("ts_last_ns")).alias("latency_ns"),
+        status.alias("status"),
+        pl.col("response_frame").is_not_null().alias("answered"),
+        pl.col("extra_responses").fill_null(0),
+        pl.col("cname").fill_null(pl.col("_resp_cname")),
+        (pl.int_range(pl.len()).over("transport", "flow", "nonce") > 0).alias("retransmission"),
+    )
+    tx = _logins(tx, params)
+    return tx.sort("request_ts_ns", "request_frame").select(
+        [pl.col(c.name).cast(_polars_type(c)) if c.name not in ("client", "server", "transport") else pl.col(c.name)
+         for c in TRANSACTION_COLUMNS])
+
+
+def _logins(tx: pl.DataFrame, params: Params) -> pl.DataFrame:
+    """login / login_step / login_status / is_error (rules in the module docstring)."""
+    key = [pl.col("client").cast(pl.String).alias("_c"), pl.col("msg_type").alias("_k"),
+           pl.when(pl.col("msg_type") == 10).then(pl.col("cname")).otherwise(pl.col("sname")).alias("_p"),
+           pl.col("realm").str.to_uppercase().alias("_r")]
+    t = tx.with_columns(key).sort("_c", "_k", "_p", "_r", "request_ts_ns", "request_frame")
+    same = [(pl.col(c) == pl.col(c).shift(1)).fill_null(False) for c in ("_c", "_k", "_p", "_r")]
+    prev_code = pl.col("error_code").shift(1)
+    prev_answered_ts = pl.col("response_ts_ns").shift(1)
+    continues = (
+        same[0] & same[1] & same[2] & same[3]
+        & (pl.col("response").shift(1) == "KRB-ERROR")
+        & (((prev_code == KDC_ERR_PREAUTH_REQUIRED) & pl.col("preauth").fill_null(False))
+           | ((prev_code == KRB_ERR_RESPONSE_TOO_BIG) & (pl.col("transport").cast(pl.String) == "tcp")))
+        & (pl.col("request_ts_ns") >= prev_answered_ts)
+        & (pl.col("request_ts_ns") - prev_answered_ts <= params.login_window_ns)
+    ).fill_null(False)
+    t = t.with_columns(continues.alias("_cont"))
+    t = t.with_columns((~pl.col("_cont")).cast(pl.UInt32).cum_sum().alias("login"))
+    t = t.with_columns(
+        (pl.int_range(pl.len()).over("login") + 1).cast(pl.UInt16).alias("login_step"),
+        pl.col("status").last().over("login").alias("login_status"),
+        (pl.col("login") == pl.col("login").shift(-1)).fill_null(False).alias("_followed"),
+    )
+    is_error = (pl.col("response") == "KRB-ERROR") & ~(
+        pl.col("_followed") & pl.col("error_code").is_in(list(_CONTINUE_ERRORS)))
+    # dense login ids in time order of the login's first request
+    t = t.with_columns(is_error.fill_null(False).alias("is_error"))
+    first = t.group_by("login").agg(pl.col("_req").min().alias("_r0")).sort("_r0").with_row_index("_login")
+    t = t.join(first.select("login", "_login"), on="login", how="left", maintain_order="left").with_columns(
+        pl.col("_login").cast(pl.UInt32).alias("login"))
+    return t
+
+
+# --- frames ------------------------------------------------------------------------------------------
+
+def message_sets(cap) -> list[MessageSet]:
+    """Kerberos message sets of a capture: UDP/88, and TCP/88 once ``analyzer.tcp`` exists."""
+    sets = list(udp_messages(cap, UDP_PORTS))
+    try:
+        from ..tcp import tcp_messages  # type: ignore[attr-defined]
+    except ImportError:
+        tcp_messages = None
+    if tcp_messages is not None:
+        sets += list(tcp_messages(cap, TCP_FRAMING, TCP_PORTS))
+    return sets
+
+
+@frame_builder("kerberos_messages")
+def _build_messages(cap) -> pl.DataFrame:
+    return decode_messages(message_sets(cap))
+
+
+@frame_builder("kerberos_transactions")
+def _build_transactions(cap) -> pl.DataFrame:
+    return pair_transactions(cap.frame("kerberos_messages"))

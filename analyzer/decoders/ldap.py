@@ -1,0 +1,378 @@
+"""LDAP v3 (RFC 4511) and CLDAP messages and operations.
+
+Transport: TCP ports 389 and 3268 (the Global Catalog), framed by ``analyzer.tcp.tcp_messages(cap,
+"ber", {389, 3268})``: one framed message is one LDAPMessage TLV, one SASL buffer (RFC 4422 §3.7: a
+4-octet length, then the security layer's output) or one TLS record; and UDP port 389 (CLDAP,
+RFC 1798 / MS-ADTS 6.3.3), where a datagram may hold several LDAPMessages (Active Directory answers a
+netlogon ping with searchResEntry and searchResDone in one datagram).
+
+A row of ``ldap_messages`` is one LDAPMessage, or one framed message that holds no readable
+LDAPMessage (``opaque`` says why: ``tls``, ``sasl`` for a security layer herdscope cannot open,
+``sasl-sealed`` for a GSS-API token with confidentiality), or one that failed to decode
+(``decode_error``). SASL buffers of GSS-API Kerberos with integrity only (RFC 4121 §4.2.6.2 wrap
+tokens without the Sealed flag; RFC 1964 §1.2.2 tokens with SEAL_ALG none, what Active Directory
+sends for "sign" without "seal") are opened: the LDAPMessages inside (often several per buffer) get
+rows with ``sasl`` True. ``unit`` numbers the rows of one framed message.
+
+Fields (RFC 4511 §4): messageID, protocolOp, controls (OIDs), bind name, version and authentication
+choice (simple, SASL with its mechanism, and Microsoft's sicily choices), the search request
+(baseObject, scope, derefAliases, sizeLimit, timeLimit, typesOnly, the filter rendered as RFC 4515
+text, the attribute selection), the DN of entries and of every write, LDAPResult (resultCode,
+matchedDN, diagnosticMessage, referral URIs), abandon's messageID, the OIDs of extended and
+intermediate operations. Passwords and SASL credentials are not kept, only their length.
+
+The filter renderer follows RFC 4515 §3: values escape ``NUL ( ) * \\`` as ``\\NN`` (lower-case hex,
+as Zeek); non-printable bytes and bytes that are not well-formed UTF-8 are escaped the same way;
+well-formed UTF-8 is kept. Attribute names get the same escaping (RFC 4515 has none for them: it
+only matters for hostile input). The text follows the structure on the wire: an AND of three
+filters is ``(&(a)(b)(c))`` (Wireshark and Zeek fold it into ``(&(&(a)(b))(c))``). Nesting is
+capped at :data:`MAX_FILTER_DEPTH` (``too deep``); the renderer keeps its own stack, no recursion.
+
+Transactions (``pair_transactions``): one row per request (bind, unbind, search, modify, add,
+delete, modDN, compare, abandon, extended) on its connection (TCP) or 4-tuple (CLDAP), paired with
+the response carrying the same messageID (RFC 4511 §4.1.1.1: unique among outstanding requests)
+that comes after it; searchResEntry/searchResRef are counted and the time to the first one kept;
+intermediateResponse does not end an operation. unbind and abandon have no response by design
+(``expects_response`` False: not answered, not an error). An operation named by a later
+abandonRequest (or by the Cancel extended operation, RFC 3909) is ``abandoned``. There is no
+response timeout: persistent and paged searches legitimately run for minutes or hours.
+``is_error``: resultCode other than success (0), compareFalse (5), compareTrue (6), referral (10)
+and saslBindInProgress (14), which report outcomes rather than failures (RFC 4511 §4.1.9, A.1).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from ..capture import frame_builder
+from ..messages import MESSAGE_COLUMNS as SET_COLUMNS, MessageSet, udp_messages
+from ..schema import FRAMES, Column, _col
+from . import ber
+from .common import TRANSACTION_COMMON
+from .ldap_kernels import (  # noqa: F401  (the kernels and their field layout)
+    MAX_FILTER_DEPTH, I_ABANDON_ID, I_ATTR_COUNT, I_AUTH, I_CRED_LEN, I_DELETE_OLD_RDN, I_DEREF,
+    I_MSGID, I_OP, I_OPAQUE, I_RESULT, I_SASL, I_SCOPE,
+    I_SIZE_LIMIT, I_STATUS, I_TIME_LIMIT, I_TYPES_ONLY, I_UNIT, I_VERSION,
+    N_INTS, N_STRS, _count_units, _decode_all, _fill_units)
+
+UDP_PORTS = {389}
+TCP_PORTS = {389, 3268}
+TCP_FRAMING = "ber"
+
+# RFC 4511 §4.2 - §4.14 and Appendix B: protocolOp [APPLICATION n] -> name (the ASN.1 identifiers,
+# as tshark's ldap.protocolOp shows them)
+# RFC 4511 §4.2 - §4.14
+OPERATIONS = {
+    0: "bindRequest", 1: "bindResponse", 2: "unbindRequest", 3: "searchRequest", 4: "searchResEntry",
+    5: "searchResDone", 6: "modifyRequest", 7: "modifyResponse", 8: "addRequest", 9: "addResponse",
+    10: "delRequest", 11: "delResponse", 12: "modDNRequest", 13: "modDNResponse", 14: "compareRequest",
+    15: "compareResponse", 16: "abandonRequest", 19: "searchResRef", 23: "extendedReq",
+    24: "extendedResp", 25: "intermediateResponse",
+}
+OPERATION_ENUM = pl.Enum(list(OPERATIONS.values()))
+REQUEST_OPS = (0, 2, 3, 6, 8, 10, 12, 14, 16, 23)
+FINAL_RESPONSE_OPS = {1: 0, 5: 3, 7: 6, 9: 8, 11: 10, 13: 12, 15: 14, 24: 23}  # response -> request
+NO_RESPONSE_OPS = (2, 16)  # unbind, abandon
+
+# RFC 4511 §4.1.9 and Appendix A (names as in the ASN.1), with the IANA LDAP result-code registry
+# entries seen from Active Directory and OpenLDAP (RFC 3909 cancel, RFC 4533 sync, RFC 6171 ...)
+# RFC 4511 §4.1.9
+RESULT_CODES = {
+    0: "success", 1: "operationsError", 2: "protocolError", 3: "timeLimitExceeded", 4: "sizeLimitExceeded",
+    5: "compareFalse", 6: "compareTrue", 7: "authMethodNotSupported", 8: "strongerAuthRequired",
+    10: "referral", 11: "adminLimitExceeded", 12: "unavailableCriticalExtension",
+    13: "confidentialityRequired", 14: "saslBindInProgress", 16: "noSuchAttribute",
+    17: "undefinedAttributeType", 18: "inappropriateMatching", 19: "constraintViolation",
+    20: "attributeOrValueExists", 21: "invalidAttributeSyntax", 32: "noSuchObject", 33: "aliasProblem",
+    34: "invalidDNSyntax", 36: "aliasDereferencingProblem", 48: "inappropriateAuthentication",
+    49: "invalidCredentials", 50: "insufficientAccessRights", 51: "busy", 52: "unavailable",
+    53: "unwillingToPerform", 54: "loopDetect", 64: "namingViolation", 65: "objectClassViolation",
+    66: "notAllowedOnNonLeaf", 67: "notAllowedOnRDN", 68: "entryAlreadyExists",
+    69: "objectClassModsProhibited", 71: "affectsMultipleDSAs", 80: "other",
+    118: "canceled", 119: "noSuchOperation", 120: "tooLate", 121: "cannotCancel",
+    122: "assertionFailed", 123: "authorizationDenied", 4096: "e-syncRefreshRequired",
+}
+NOT_ERRORS = (0, 5, 6, 10, 14)
+
+# RFC 4511 §4.5.1.2 / §4.5.1.3
+SCOPES = {0: "baseObject", 1: "singleLevel", 2: "wholeSubtree", 3: "subordinateSubtree"}
+DEREF = {0: "neverDerefAliases", 1: "derefInSearching", 2: "derefFindingBaseObj", 3: "derefAlways"}
+# RFC 4511 §4.2 AuthenticationChoice; 9-11: MS-ADTS 5.1.1.1.3 (sicily)
+AUTH_CHOICES = {0: "simple", 3: "sasl", 9: "sicilyPackageDiscovery", 10: "sicilyNegotiate",
+                11: "sicilyResponse"}
+# RFC 4511 §4.6
+MODIFY_OPS = {0: "add", 1: "delete", 2: "replace", 3: "increment"}
+CANCEL_OID = "1.3.6.1.1.8"  # RFC 3909
+STARTTLS_OID = "1.3.6.1.4.1.1466.20037"  # RFC 4511 §4.14.1
+
+OPAQUE_REASONS = {1: "tls", 2: "sasl", 3: "sasl-sealed"}
+OPAQUE_ENUM = pl.Enum(list(OPAQUE_REASONS.values()))
+
+# --- columns -------------------------------------------------------------------------------------
+_SET_KEEP = tuple(c for c in SET_COLUMNS if c.name not in ("offset", "length"))
+
+MESSAGE_COLUMNS: tuple[Column, ...] = _SET_KEEP + (
+    _col("unit", np.uint32, "index of this row among the rows of its framed message (several LDAPMessages "
+         "in one SASL buffer or CLDAP datagram)"),
+    _col("sasl", np.bool_, "carried in a SASL buffer (RFC 4422 §3.7) whose integrity-only GSS-API token was "
+         "opened"),
+    _col("opaque", object, "why the framed message has no readable LDAPMessage: tls (a TLS record, "
+         "RFC 8446 §5.1, after StartTLS or on LDAPS), sasl (a SASL security layer herdscope cannot open), "
+         "sasl-sealed (GSS-API wrap token with confidentiality); null otherwise", polars=OPAQUE_ENUM),
+    _col("message_id", np.int64, "messageID (RFC 4511 §4.1.1.1); tshark ldap.messageID"),
+    _col("op_code", np.uint8, "protocolOp [APPLICATION n] number (§4.2 - §4.14); tshark ldap.protocolOp"),
+    _col("op", object, "protocolOp by name (bindRequest, searchResEntry ...)", polars=OPERATION_ENUM),
+    _col("dn", object, "the operation's DN (§4.1.3): bind name (§4.2), search baseObject (§4.5.1.1), entry "
+         "objectName (§4.5.2), modify object (§4.6), add/del/modDN/compare entry (§4.7-§4.10); tshark "
+         "ldap.name / baseObject / objectName / object / entry / delRequest", polars=pl.String),
+    _col("version", np.int32, "bindRequest version (§4.2)"),
+    _col("auth", object, "bindRequest authentication choice: simple, sasl, sicily* (§4.2; MS-ADTS 5.1.1.1.3)",
+         polars=pl.String),
+    _col("sasl_mechanism", object, "SaslCredentials mechanism (§4.2), e.g. GSS-SPNEGO, GSSAPI, NTLM, "
+         "EXTERNAL; tshark ldap.mechanism", polars=pl.String),
+    _col("credentials_len", np.int64, "bytes of the simple password or of the SASL credentials (the "
+         "credentials themselves are not kept; 0 with an empty DN = anonymous bind, §4.2)"),
+    _col("scope", object, "searchRequest scope (§4.5.1.2)", polars=pl.String),
+    _col("deref_aliases", object, "searchRequest derefAliases (§4.5.1.3)", polars=pl.String),
+    _col("size_limit", np.int64, "searchRequest sizeLimit (§4.5.1.4), 0 = none"),
+    _col("time_limit", np.int64, "searchRequest timeLimit in seconds (§4.5.1.5), 0 = none"),
+    _col("types_only", np.bool_, "searchRequest typesOnly (§4.5.1.6)"),
+    _col("filter", object, "searchRequest filter as RFC 4515 text (§4.5.1.7)", polars=pl.String),
+    _col("attributes", object, "attribute descriptions, comma-separated: searchRequest selection (§4.5.1.8), "
+         "addRequest attribute types (§4.7), compareRequest attribute (§4.10)", polars=pl.String),
+    _col("attribute_count", np.int64, "number of those attributes; for a searchResEntry its attributes (§4.5.2)"),
+    _col("changes", object, "modifyRequest changes as operation(attribute), comma-separated (§4.6; values "
+         "not kept)", polars=pl.String),
+    _col("new_rdn", object, "modDNRequest newrdn (§4.9)", polars=pl.String),
+    _col("delete_old_rdn", np.bool_, "modDNRequest deleteoldrdn (§4.9)"),
+    _col("new_superior", object, "modDNRequest newSuperior (§4.9)", polars=pl.String),
+    _col("abandon_id", np.int64, "abandonRequest: the messageID abandoned (§4.11); Cancel extendedReq "
+         "(1.3.6.1.1.8): its cancelID (RFC 3909 §2)"),
+    _col("oid", object, "extendedReq requestName, extendedResp / intermediateResponse responseName "
+         "(§4.12, §4.13)", polars=pl.String),
+    _col("result_code", np.int32, "LDAPResult resultCode (§4.1.9); tshark ldap.resultCode"),
+    _col("result", object, "resultCode by name (RFC 4511 Appendix A)", polars=pl.String),
+    _col("matched_dn", object, "LDAPResult matchedDN (§4.1.9)", polars=pl.String),
+    _col("diagnostic_message", object, "LDAPResult diagnosticMessage (§4.1.9)", polars=pl.String),
+    _col("referrals", object, "LDAPResult referral URIs or searchResRef URIs, space-separated (§4.1.10, "
+         "§4.5.3)", polars=pl.String),
+    _col("controls", object, "controlType OIDs of the message's controls, comma-separated (§4.1.11)",
+         polars=pl.String),
+    _col("decode_error", object, "null when the LDAPMessage decoded; else why not (truncated, bad length, "
+         "unexpected tag, too deep, indefinite length ...); fields read before the problem are kept",
+         polars=pl.String),
+)
+
+TRANSACTION_COLUMNS: tuple[Column, ...] = TRANSACTION_COMMON + (
+    _col("message_id", np.int64, "messageID of the request"),
+    _col("dn", object, "the request's DN (bind name, search base, target of a write)", polars=pl.String),
+    _col("auth", object, "bind: authentication choice", polars=pl.String),
+    _col("sasl_mechanism", object, "bind: SASL mechanism", polars=pl.String),
+    _col("scope", object, "search scope", polars=pl.String),
+    _col("deref_aliases", object, "search derefAliases", polars=pl.String),
+    _col("filter", object, "search filter (RFC 4515)", polars=pl.String),
+    _col("attributes", object, "requested attributes", polars=pl.String),
+    _col("oid", object, "extended operation OID", polars=pl.String),
+    _col("abandon_id", np.int64, "abandonRequest / Cancel: the messageID it abandons"),
+    _col("expects_response", np.bool_, "False for unbind and abandon, which have no response (§4.3, §4.11)"),
+    _col("entries", np.uint32, "search: searchResEntry messages"),
+    _col("references", np.uint32, "search: searchResRef messages"),
+    _col("intermediates", np.uint32, "intermediateResponse messages"),
+    _col("first_entry_ns", np.int64, "search: time from the request to the first entry or reference"),
+    _col("result_code", np.int32, "final response resultCode"),
+    _col("matched_dn", object, "final response matchedDN", polars=pl.String),
+    _col("diagnostic_message", object, "final response diagnosticMessage", polars=pl.String),
+    _col("abandoned", np.bool_, "a later abandonRequest (or Cancel extended request) on the connection named "
+         "this messageID"),
+    _col("abandon_frame", np.uint32, "frame of that abandon/cancel request"),
+    _col("sasl", np.bool_, "the request travelled inside a SASL security layer"),
+)
+
+FRAMES.setdefault("ldap_messages", MESSAGE_COLUMNS)  # descriptions for ``herdscope export``
+FRAMES.setdefault("ldap_transactions", TRANSACTION_COLUMNS)
+
+
+@dataclass(frozen=True)
+class Params:
+    pass  # pairing needs no window: messageIDs identify outstanding requests (RFC 4511 §4.1.1.1)
+
+
+# --- Python side ------------------------------------------------------------------------------------
+
+def _polars_type(c: Column):
+    if c.polars is not None:
+        return c.polars
+    if c.name == "transport":
+        from ..messages import TRANSPORTS
+        return TRANSPORTS
+    if c.dtype is object:
+        return pl.String
+    return pl.from_numpy(np.zeros(1, c.dtype)).to_series().dtype
+
+
+def _empty(columns) -> pl.DataFrame:
+    return pl.DataFrame(schema={c.name: _polars_type(c) for c in columns})
+
+
+def _kernel(ms: MessageSet):
+    offsets = ms.frame["offset"].to_numpy().astype(np.int64)
+    lengths = ms.frame["length"].to_numpy().astype(np.int64)
+    n = offsets.shape[0]
+    if n and (offsets.min() < 0 or (offsets + lengths).max() > ms.buf.shape[0]):
+        raise ValueError("message set offsets/lengths outside its buffer")
+    counts = np.zeros(n, np.int64)
+    _count_units(ms.buf, offsets, lengths, counts)
+    first = np.zeros(n, np.int64)
+    if n:
+        np.cumsum(counts[:-1], out=first[1:])
+    total = int(counts.sum())
+    u_start = np.empty(total, np.int64)
+    u_end = np.empty(total, np.int64)
+    u_kind = np.empty(total, np.int64)
+    u_msg = np.empty(total, np.int64)
+    _fill_units(ms.buf, offsets, lengths, first, u_start, u_end, u_kind, u_msg)
+    u_index = np.arange(total, dtype=np.int64) - first[u_msg] if total else np.zeros(0, np.int64)
+    ints = np.empty((N_INTS, total), np.int64)
+    spans = np.empty((2 * N_STRS, total), np.int64)
+    size = int((u_end - u_start).sum()) * 2 + 64 * total + 1024
+    while True:  # strings need at most ~4x their bytes (escapes); grow on the rare overflow
+        arena = np.empty(size, np.uint8)
+        used = _decode_all(ms.buf, u_start, u_end, u_kind, u_index, ints, spans, arena)
+        if used >= 0:
+            break
+        size *= 2
+    return u_msg, ints, spans, arena[:used]
+
+
+_STR_NAMES = ("dn", "sasl_mechanism", "filter", "attributes", "changes", "new_rdn", "new_superior", "oid",
+              "matched_dn", "diagnostic_message", "referrals", "controls")
+_INT_COLUMNS = {  # column -> (field, dtype)
+    "unit": (I_UNIT, pl.UInt32), "sasl": (I_SASL, pl.Boolean), "message_id": (I_MSGID, pl.Int64),
+    "version": (I_VERSION, pl.Int32), "credentials_len": (I_CRED_LEN, pl.Int64),
+    "size_limit": (I_SIZE_LIMIT, pl.Int64), "time_limit": (I_TIME_LIMIT, pl.Int64),
+    "types_only": (I_TYPES_ONLY, pl.Boolean), "attribute_count": (I_ATTR_COUNT, pl.Int64),
+    "delete_old_rdn": (I_DELETE_OLD_RDN, pl.Boolean), "abandon_id": (I_ABANDON_ID, pl.Int64),
+    "result_code": (I_RESULT, pl.Int32),
+}
+_NAMED_COLUMNS = {  # column -> (field, names)
+    "opaque": (I_OPAQUE, OPAQUE_REASONS, OPAQUE_ENUM), "op": (I_OP, OPERATIONS, OPERATION_ENUM),
+    "auth": (I_AUTH, AUTH_CHOICES, pl.String), "scope": (I_SCOPE, SCOPES, pl.String),
+    "deref_aliases": (I_DEREF, DEREF, pl.String),
+}
+
+
+def decode_messages(sets: list[MessageSet]) -> pl.DataFrame:
+    """LDAP message sets (BER-framed TCP messages, CLDAP datagrams) → ldap_messages, one row per
+    LDAPMessage (or per opaque / undecodable framed message), in time order."""
+    sets = [ms for ms in sets if ms.height]
+    if not sets:
+        return _empty(MESSAGE_COLUMNS)
+    base, ints, spans, arena = ber.stack_sets(sets, [_kernel(ms) for ms in sets])
+    decoded = pl.DataFrame([
+        *[ber.int_column(name, ints[k], dtype) for name, (k, dtype) in _INT_COLUMNS.items()],
+        ber.int_column("op_code", ints[I_OP], pl.UInt8),
+        *[ber.int_column(name, ints[k], pl.Int64).replace_strict(names, default=None, return_dtype=dtype)
+          for name, (k, names, dtype) in _NAMED_COLUMNS.items()],
+        *ber.string_columns(_STR_NAMES, arena, spans),
+        ber.status_column("decode_error", ints[I_STATUS]),
+    ])
+    decoded = decoded.with_columns(
+        pl.col("result_code").cast(pl.Int64).replace_strict(RESULT_CODES, default=None, return_dtype=pl.String)
+        .fill_null(pl.format("resultCode{}", pl.col("result_code"))).alias("result"))
+    return pl.concat([base, decoded], how="horizontal").select([c.name for c in MESSAGE_COLUMNS])
+
+
+# --- transactions -------------------------------------------------------------------------------------
+
+def pair_transactions(messages: pl.DataFrame, params: Params = Params()) -> pl.DataFrame:
+    """ldap_messages → ldap_transactions (rules in the module docstring)."""
+    m = messages.filter(pl.col("op_code").is_not_null() & pl.col("message_id").is_not_null()) \
+        .with_row_index("_row")
+    req = m.filter(pl.col("op_code").is_in(list(REQUEST_OPS))).sort("ts_last_ns", "_row")
+    if req.height == 0:
+        return _empty(TRANSACTION_COLUMNS)
+    req = req.with_row_index("_req")
+    resp = m.filter(~pl.col("op_code").is_in(list(REQUEST_OPS)))
+    # CLDAP flow ids and TCP connection ids are separate numberings: key by transport too
+    key = ["_transport", "flow", "message_id"]
+    req = req.with_columns(pl.col("transport").cast(pl.String).alias("_transport"))
+    resp = resp.with_columns(pl.col("transport").cast(pl.String).alias("_transport"))
+    right = req.select(*key, "_req", pl.col("ts_last_ns").alias("_req_ts")).sort("_req_ts")
+    paired = resp.sort("ts_last_ns").join_asof(
+        right, left_on="ts_last_ns", right_on="_req_ts", by=key, strategy="backward",
+        check_sortedness=False).filter(pl.col("_req").is_not_null())
+    final_ops = list(FINAL_RESPONSE_OPS)
+    finals = paired.filter(pl.col("op_code").is_in(final_ops)).sort("ts_last_ns", "_row") \
+        .group_by("_req", maintain_order=True).first().select(
+            "_req", pl.col("frame_last").alias("response_frame"), pl.col("ts_last_ns").alias("response_ts_ns"),
+            "result_code", pl.col("result").alias("_result"), "matched_dn", "diagnostic_message")
+    interim = paired.group_by("_req").agg(
+        (pl.col("op_code") == 4).sum().cast(pl.UInt32).alias("entries"),
+        (pl.col("op_code") == 19).sum().cast(pl.UInt32).alias("references"),
+        (pl.col("op_code") == 25).sum().cast(pl.UInt32).alias("intermediates"),
+        pl.col("ts_last_ns").filter(pl.col("op_code").is_in([4, 19])).min().alias("_first_entry_ts"),
+    )
+    # abandon (§4.11) and Cancel (RFC 3909): both carry the messageID they name in abandon_id
+    abandons = req.filter(pl.col("abandon_id").is_not_null()).select(
+        "_transport", "flow", pl.col("abandon_id").alias("message_id"), pl.col("ts_last_ns").alias("_ab_ts"),
+        pl.col("frame_last").alias("abandon_frame"))
+    tx = req.select("_req", "_transport", "transport", "flow", "src", "dst", "sport", "dport", "frame_last", "ts_last_ns", "sasl",
+                    "message_id", "op_code", "op", "dn", "auth", "sasl_mechanism", "scope", "deref_aliases", "filter",
+                    "attributes", "oid", "abandon_id") \
+        .join(finals, on="_req", how="left", maintain_order="left") \
+        .join(interim, on="_req", how="left", maintain_order="left")
+    if abandons.height:
+        ab = tx.select("_req", *key, "ts_last_ns").join(abandons, on=key) \
+            .filter(pl.col("_ab_ts") >= pl.col("ts_last_ns")).sort("_ab_ts").group_by("_req").first() \
+            .select("_req", "abandon_frame")
+        tx = tx.join(ab, on="_req", how="left", maintain_order="left")
+    else:
+        tx = tx.with_columns(pl.lit(None, pl.UInt32).alias("abandon_frame"))
+    expects = ~pl.col("op_code").is_in(list(NO_RESPONSE_OPS))
+    resource = pl.when(pl.col("op_code") == 23).then(pl.col("oid")).otherwise(pl.col("dn"))
+    tx = tx.with_columns(
+        pl.lit("ldap").alias("protocol"),
+        pl.col("src").alias("client"), pl.col("sport").alias("client_port"),
+        pl.col("dst").alias("server"), pl.col("dport").alias("server_port"),
+        pl.col("op").cast(pl.String).alias("operation"),
+        resource.alias("resource"),
+        pl.col("frame_last").alias("request_frame"), pl.col("ts_last_ns").alias("request_ts_ns"),
+        (pl.col("response_ts_ns") - pl.col("ts_last_ns")).alias("latency_ns"),
+        pl.col("_result").alias("status"),
+        (pl.col("response_frame").is_not_null() & ~pl.col("result_code").is_in(list(NOT_ERRORS)))
+        .fill_null(False).alias("is_error"),
+        pl.col("response_frame").is_not_null().alias("answered"),
+        expects.alias("expects_response"),
+        pl.col("entries").fill_null(0), pl.col("references").fill_null(0), pl.col("intermediates").fill_null(0),
+        (pl.col("_first_entry_ts") - pl.col("ts_last_ns")).alias("first_entry_ns"),
+        pl.col("abandon_frame").is_not_null().alias("abandoned"),
+    )
+    return tx.sort("request_ts_ns", "request_frame").select(
+        [pl.col(c.name).cast(_polars_type(c)) if c.name not in ("client", "server", "transport")
+         else pl.col(c.name) for c in TRANSACTION_COLUMNS])
+
+
+# --- frames ---------------------------------------------------------------------------------------------
+
+def message_sets(cap) -> list[MessageSet]:
+    """LDAP message sets of a capture: CLDAP (UDP/389), and TCP/389, 3268 once ``analyzer.tcp`` exists."""
+    sets = list(udp_messages(cap, UDP_PORTS))
+    try:
+        from ..tcp import tcp_messages  # type: ignore[attr-defined]
+    except ImportError:
+        tcp_messages = None
+    if tcp_messages is not None:
+        sets += list(tcp_messages(cap, TCP_FRAMING, TCP_PORTS))
+    return sets
+
+
+@frame_builder("ldap_messages")
+def _build_messages(cap) -> pl.DataFrame:
+    return decode_messages(message_sets(cap))
+
+
+@frame_builder("ldap_transactions")
+def _build_transactions(cap) -> pl.DataFrame:
+    return pair_transactions(cap.frame("ldap_messages"))
