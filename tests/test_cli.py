@@ -79,3 +79,12 @@ def test_console_script_exit_code_in_a_subprocess(tmp_path):
     bad.write_bytes(b"\x00" * 30)
     proc = subprocess.run([sys.executable, "-m", "analyzer", "info", str(bad)], capture_output=True, text=True)
     assert proc.returncode == 3 and "not a pcap or pcapng" in proc.stderr
+
+
+def test_every_exported_column_has_a_description(tmp_path):
+    out = tmp_path / "o"
+    assert main(["export", str(DEMO), "--out", str(out)]) == ExitCode.OK
+    schema = json.loads((out / "schema.json").read_text())
+    missing = [f"{frame}.{col}" for frame, cols in schema.items() for col, spec in cols.items()
+               if not spec["description"]]
+    assert missing == []

@@ -83,7 +83,7 @@ from ..capture import frame_builder
 from ..columns import enum_from_codes, series
 from ..messages import MESSAGE_COLUMNS as SET_COLUMNS
 from ..messages import TRANSPORTS, MessageSet, udp_messages
-from ..schema import Column, _col
+from ..schema import FRAMES, Column, _col
 from ..tcp import tcp_messages
 from . import dns_kernels as k
 from .common import TRANSACTION_COMMON
@@ -210,6 +210,8 @@ TRANSACTION_COLUMNS: tuple[Column, ...] = TRANSACTION_COMMON + (
     _col("answer_ttl_min", np.uint32, "smallest answer TTL of the answer (§4.1.3)"),
     _col("negative_ttl", np.uint32, "negative-caching TTL of the answer (RFC 2308 §5)"),
 )
+FRAMES.setdefault("dns_messages", MESSAGE_COLUMNS)  # descriptions for ``herdscope export``
+FRAMES.setdefault("dns_transactions", TRANSACTION_COLUMNS)
 
 
 @dataclass(frozen=True)

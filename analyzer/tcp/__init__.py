@@ -13,12 +13,16 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from .. import schema
 from ..capture import frame_builder
 from . import analysis as an
-from .connections import SYN, ACK, assign_connections, connections_frame
+from .connections import ACK, CONNECTION_DESCRIPTIONS, SYN, assign_connections, connections_frame
 
 SEGMENT_DESCRIPTIONS = {
     "frame": "frame number of the segment (join key to packets)",
+    "ts_ns": "capture time of the segment (as packets.ts_ns)",
+    "tcp_flags": "TCP flags (as packets.tcp_flags)",
+    "window": "raw window field (as packets.window); window_size has the scale applied",
     "conn": "connection id (connections.conn); a reused 4-tuple gets a new id",
     "from_client": "sent by the connection's client",
     "seq_rel": "sequence number relative to the sender's ISN (Wireshark's tcp.seq)",
@@ -38,6 +42,10 @@ SEGMENT_DESCRIPTIONS = {
     "since_prev_same_dir_ns": "time since the previous segment in the same direction",
     "initial_rtt_ns": "handshake RTT, SYN to the first ACK after it (tcp.analysis.initial_rtt)",
 }
+
+# descriptions for export's schema.json (types come from the frames themselves)
+schema.FRAMES.setdefault("tcp_segments", tuple(schema._col(k, object, v) for k, v in SEGMENT_DESCRIPTIONS.items()))
+schema.FRAMES.setdefault("connections", tuple(schema._col(k, object, v) for k, v in CONNECTION_DESCRIPTIONS.items()))
 
 _TCP_COLUMNS = ("frame", "ts_ns", "src", "dst", "sport", "dport", "tcp_flags", "seq", "ack", "window",
                 "wscale", "mss", "sack_perm", "ts_val", "payload_len", "payload_caplen", "payload_offset",
@@ -127,10 +135,10 @@ def analyze_segments(cap, params: an.Params = an.Params()) -> tuple[pl.DataFrame
         nullable("initial_rtt_ns", out.initial_rtt_ns, -1),
         pl.Series("seq_rel", out.seq_rel), nullable("ack_rel", out.ack_rel, -1).cast(pl.UInt32),
     )
+    leading = ("frame", "ts_ns", "tcp_flags", "window", "conn", "from_client", "seq_rel", "ack_rel", "seglen")
     seg_frame = tcp.select(
-        "frame", "conn", "from_client", "seq_rel", "ack_rel", pl.col("payload_len").alias("seglen"),
-        *[c for c in SEGMENT_DESCRIPTIONS if c not in ("frame", "conn", "from_client", "seq_rel", "ack_rel",
-                                                        "seglen")],
+        "frame", "ts_ns", "tcp_flags", "window", "conn", "from_client", "seq_rel", "ack_rel",
+        pl.col("payload_len").alias("seglen"), *[c for c in SEGMENT_DESCRIPTIONS if c not in leading],
     )
     conn_input = tcp.with_columns(
         pl.when(pl.col("from_client")).then(pl.col("src")).otherwise(pl.col("dst")).alias("client"),

@@ -22,6 +22,49 @@ from numba import njit
 
 SYN, FIN, RST, ACK = 0x02, 0x01, 0x04, 0x10
 
+CONNECTION_DESCRIPTIONS = {
+    "conn": "connection id (tcp_segments.conn); Wireshark's tcp.stream in capture order",
+    "client": "client address (SYN sender; see client_by)",
+    "client_port": "client port",
+    "server": "server address",
+    "server_port": "server port",
+    "client_by": "how the client was chosen: syn, synack (the SYN was not captured) or port (no handshake seen)",
+    "first_ts_ns": "time of the first packet",
+    "last_ts_ns": "time of the last packet",
+    "first_frame": "frame of the first packet",
+    "last_frame": "frame of the last packet",
+    "client_packets": "packets sent by the client",
+    "server_packets": "packets sent by the server",
+    "client_bytes": "TCP payload bytes sent by the client (retransmissions included)",
+    "server_bytes": "TCP payload bytes sent by the server (retransmissions included)",
+    "client_mss": "MSS option of the client's SYN",
+    "server_mss": "MSS option of the server's SYN/ACK",
+    "client_wscale": "window-scale shift of the client's SYN",
+    "server_wscale": "window-scale shift of the server's SYN/ACK",
+    "client_sack_perm": "SACK-permitted in the client's SYN",
+    "server_sack_perm": "SACK-permitted in the server's SYN/ACK",
+    "client_timestamps": "timestamps option in the client's SYN",
+    "server_timestamps": "timestamps option in the server's SYN/ACK",
+    "syn_ts_ns": "time of the client's first SYN",
+    "synack_ts_ns": "time of the server's first SYN/ACK",
+    "saw_syn": "the client's SYN was captured",
+    "saw_synack": "the server's SYN/ACK was captured",
+    "client_fin": "the client sent a FIN",
+    "server_fin": "the server sent a FIN",
+    "client_rst": "the client sent an RST",
+    "server_rst": "the server sent an RST",
+    "reused_ports": "this connection reused the 4-tuple of an earlier one (tcp.analysis.reused_ports)",
+    "history": "Zeek history: S SYN, H SYN/ACK, A ACK, D data, F FIN, R RST, T retransmission, W zero window; "
+               "upper case client, lower case server, in first-occurrence order",
+    "conn_state": "Zeek conn_state: S0 S1 SF REJ S2 S3 RSTO RSTR RSTOS0 RSTRH SH SHR OTH",
+    "rtt_client_server_ns": "SYN -> SYN/ACK: the server-side half of the handshake RTT (as seen at the capture point)",
+    "rtt_server_client_ns": "SYN/ACK -> the ACK completing the handshake: the client-side half",
+    "handshake_rtt_ns": "SYN -> completing ACK (Wireshark's tcp.analysis.initial_rtt)",
+    "duration_ns": "last_ts_ns - first_ts_ns",
+    "saw_start": "the handshake's SYN was captured",
+    "saw_end": "both FINs or an RST were captured",
+}
+
 _EMPTY = np.int64(-1)
 
 
