@@ -164,10 +164,67 @@ def fmt_ns(ns: float | int | None) -> str:
     if ns is None or (isinstance(ns, float) and np.isnan(ns)):
         return "n/a"
     ns = float(ns)
-    if ns < 1_000:
+    if ns < 999.5:  # thresholds at the rounding point: 999,999 ns is "1 ms", not "1e+03 µs"
         return f"{ns:.0f} ns"
-    if ns < 1_000_000:
+    if ns < 999_500:
         return f"{ns / 1e3:.3g} µs"
-    if ns < 1_000_000_000:
+    if ns < 999_500_000:
         return f"{ns / 1e6:.3g} ms"
     return f"{ns / 1e9:.3g} s"
+
+
+# -- shared by the transaction detectors (herd, retry_storm, ...) -----------------------------------
+
+# The frames that start with analyzer.decoders.common.TRANSACTION_COMMON, one per protocol decoder.
+TRANSACTION_FRAMES = ("dns_transactions", "kerberos_transactions", "ldap_transactions", "smb2_transactions")
+
+
+def transaction_frames(capture, names: Iterable[str] = TRANSACTION_FRAMES) -> dict[str, pl.DataFrame]:
+    """name -> frame for every transaction frame this capture has (a decoder that is not installed
+    is skipped) and that is not empty."""
+    out = {}
+    for name in names:
+        try:
+            frame = capture.frame(name)
+        except KeyError:
+            continue
+        if frame is not None and frame.height:
+            out[name] = frame
+    return out
+
+
+def client_identity_by(requests: pl.DataFrame, by: list[str], *, addr: str = "client",
+                       port: str = "client_port", start: str = "request_ts_ns", end: str = "response_ts_ns",
+                       timeout_ns: int = 1_000_000_000, name: str = "client_id") -> pl.DataFrame:
+    """The rule of :func:`client_identity`, decided per address within each group of ``by`` (e.g.
+    per server), in one vectorised pass: ``requests`` with ``name`` (the client) and
+    ``client_identity`` ("address+port" for an address that has requests outstanding at the same
+    time from different ports, "address" otherwise) added, in the original row order.
+
+    Per address rather than per capture, so that one forwarder, NAT gateway or multi-process host
+    does not turn every stub resolver of the capture (a new port per query, one at a time) into
+    many clients. ``end`` null means unanswered: outstanding for ``timeout_ns``; a request that
+    expects no answer should be given ``end`` = ``start``."""
+    if requests.height == 0:
+        return requests.with_columns(pl.lit(None, pl.String).alias(name),
+                                     pl.lit(None, pl.String).alias("client_identity"))
+    # one integer per (group, address), and the overlap test on a narrow frame: sorting the
+    # requests themselves (strings and all) would cost several times more
+    work = requests.with_columns(pl.struct([pl.col(c) for c in by] + [pl.col(addr).cast(pl.String)]).hash()
+                                 .alias("_ci_g"))
+    narrow = work.select(pl.col("_ci_g").alias("g"), pl.col(start).alias("s"), pl.col(port).alias("p"),
+                         pl.coalesce(pl.col(end), pl.col(start) + timeout_ns).alias("e")).sort("g", "s")
+    same = pl.col("g") == pl.col("g").shift(1)
+    split = narrow.filter(
+        (same & (pl.col("s") < pl.col("e").cum_max().over("g").shift(1)) & (pl.col("p") != pl.col("p").shift(1)))
+        .fill_null(False)).select(pl.col("g").unique())["g"]
+    ids = work[addr].cast(pl.String).alias(name)
+    if split.len() == 0:
+        return work.drop("_ci_g").with_columns(ids, pl.lit("address").alias("client_identity"))
+    mask = work["_ci_g"].is_in(split.implode())
+    rows = mask.arg_true()  # address:port strings only where an address was split (few rows)
+    picked = work.select(pl.col(addr).cast(pl.String).alias("a"), pl.col(port).alias("p"))[rows]
+    ids = ids.scatter(rows, picked.select(pl.format("{}:{}", "a", "p")).to_series())
+    return work.drop("_ci_g").with_columns(
+        ids, pl.when(mask).then(pl.lit("address+port")).otherwise(pl.lit("address")).alias("client_identity"))
+

@@ -163,10 +163,8 @@ def _requests_per_conn(capture, conns: pl.DataFrame) -> pl.DataFrame:
     rest = ids.join(done, on="conn", how="anti")
     seg = _frame(capture, "tcp_segments")
     if rest.height and seg is not None:
-        s = seg.select("conn", "frame", "from_client", "seglen").join(rest, on="conn", how="semi") \
-            .filter(pl.col("seglen") > 0)
-        p = capture.packets
-        s = s.join(p.select("frame", "ts_ns"), on="frame", how="left").sort("conn", "frame")
+        s = seg.select("conn", "frame", "ts_ns", "from_client", "seglen").join(rest, on="conn", how="semi") \
+            .filter(pl.col("seglen") > 0).sort("conn", "frame")
         same = pl.col("conn") == pl.col("conn").shift(1)
         turn = pl.col("from_client") & (~same | ~pl.col("from_client").shift(1)).fill_null(True)
         per = s.with_columns(turn.alias("turn")).group_by("conn").agg(

@@ -152,25 +152,11 @@ class Params:
 # -- inputs ------------------------------------------------------------------------------------------
 
 def _segments(capture) -> pl.DataFrame:
-    """tcp_segments in capture order with the packet columns the detector needs (ts_ns, tcp_flags,
-    raw window) and a row index ``_i``."""
-    seg = capture.frame("tcp_segments")
-    p = capture.packets
-    need = ["ts_ns", "tcp_flags", "window"]
-    missing = [c for c in need if c not in p.columns]
-    if missing:
-        p = p.with_columns([pl.lit(None, pl.Int64 if c == "ts_ns" else pl.UInt16).alias(c) for c in missing])
-    n = p.height
-    fr = p["frame"]
-    contiguous = n > 0 and int(fr[0]) == 1 and int(fr[n - 1]) == n and bool((fr.diff().fill_null(1) == 1).all())
-    if contiguous and seg.height and int(seg["frame"].max()) <= n:
-        extra = p.select(pl.col(need).gather(seg["frame"].cast(pl.Int64) - 1))
-        s = pl.concat([seg, extra], how="horizontal")
-    else:
-        s = seg.join(p.select("frame", *need).unique("frame", keep="first"), on="frame", how="left",
-                     maintain_order="left")
-    s = s.select("frame", "conn", "from_client", "seq_rel", "seglen", "analysis", "acks_frame", "ack_rtt_ns",
-                 "rtt_ns", "initial_rtt_ns", "ts_ns", "tcp_flags", "window")
+    """tcp_segments in capture order (it carries ts_ns, tcp_flags and the raw window) with a row
+    index ``_i``."""
+    s = capture.frame("tcp_segments").select(
+        "frame", "conn", "from_client", "seq_rel", "seglen", "analysis", "acks_frame", "ack_rtt_ns", "rtt_ns",
+        "initial_rtt_ns", "ts_ns", "tcp_flags", "window")
     return s.with_columns(
         pl.col("tcp_flags").fill_null(0).cast(pl.Int64),
         pl.col("seglen").cast(pl.Int64),

@@ -1,0 +1,549 @@
+"""Thundering herd: many distinct clients send the same request at once.
+
+**Pathology.** Clients that cache the same thing for the same time (a DNS answer with one TTL, a
+Kerberos ticket, a configuration file), that start on the same timer (cron at :00, a GPO refresh, a
+fleet rebooting) or that all wait for the same failed server come back *together*: the server sees
+the request rate of a whole fleet inside a few milliseconds instead of spread over the cache
+lifetime. Its queue grows, latency rises for everybody, and a server that falls over under the herd
+makes the clients retry together again.
+
+**Signal.** Per server and *request key* (protocol, operation and resource: DNS name — compared
+case-insensitively — and type, the Kerberos principal asked for — ``krbtgt/REALM@REALM`` for an AS
+exchange, the service for TGS —, the LDAP bind DN or search base, the SMB2 path), the *arrivals*:
+a client's request, its repeats within ``repeat_ns`` counted once; a Kerberos login counts once (its
+PREAUTH round trip is not a second request); requests that expect no answer (LDAP unbind) do not
+count. A herd is a stretch of arrivals denser than
+``lambda = max(min_clients / window_ns, rate_factor x baseline)``; the baseline is the key's median
+arrivals per ``baseline_bin_ns`` between its first and last arrival (empty bins included: herds
+occupy few bins, so they do not raise their own baseline; with fewer than three bins there is none).
+The stretch is the maximum-scoring segment of ``arrivals - lambda x time`` (Kadane over each key's
+arrivals, one Numba pass), so it starts and ends where the arrivals do; its edges are trimmed by a
+second pass at 1/``trim_factor`` of its own rate (background that merely arrives at about lambda
+falls away). It is a herd when it holds at least ``min_clients`` distinct clients, lasts at most
+``max_span_ns`` and is at least ``rate_factor`` times the key's rate outside its herds. One finding
+per herd episode.
+
+Reported: herd size (distinct clients), span, rate during the herd vs the key's rate outside its
+herds, the server's p99 latency and failure share (errors, or no answer where one was expected)
+during the herd vs the ``lookback_ns`` before it (other herds left out), and the trigger when the
+capture shows it: a DNS TTL expiring (at least ``ttl_match_share`` of the herd's clients re-ask
+when their own earlier answer + its TTL runs out, within the whole-second granularity of TTLs plus
+``ttl_tolerance_ns``; when the clients' earlier answers are not in the capture, the key's latest
+earlier answer), a preceding failure (the key's requests in the ``failure_lookback_ns`` before
+failed, at least ``failure_share`` of them), or a synchronised start (within ``sync_tolerance_ns``
+of a whole second).
+
+**Clients** are told apart per server with :func:`detectors.base.client_identity_by`: an address
+with requests outstanding at once from several ports is split into address:port clients, others
+are addresses; ``client_identity`` is the rule of most of the herd's clients and the explanation
+says when it is mixed. A herd counted on the ports of fewer than ``min_clients`` addresses may be
+one busy multi-stream client: informational. **Vantage:** the herd is judged from the requests
+alone; the latency part says when the server's responses are not in the capture; when the capture
+shows too little time around the herd to know the key's normal rate (less than the herd's span or
+``window_ns``), informational. **Resolution:** spans and rates never use a window shorter than the
+capture's timestamp tick; a herd whose requests share one tick is reported "within <tick> (the
+capture's timestamp resolution)"; the synchronised-start test is skipped when the tick is coarser
+than a tenth of its tolerance.
+
+**Severity** (impact = clients x latency factor, where the latency factor is p99 during / p99
+before when that ratio is at least ``latency_factor`` and the p99 rose by at least
+``latency_floor_ns``, else 1, capped at 100): impact below ``medium_clients``: low; at least
+``medium_clients``: medium; at least ``high_impact``: high; at least ``critical_impact``: critical.
+A failure share during the herd ``error_rate_rise`` or more above the one before raises it one
+level. Informational when it cannot judge (above).
+
+**References.** RFC 1035 §7.4 and RFC 2181 §8 (TTL caching), RFC 8767 §5 (serve-stale against
+refetch herds), RFC 4120 §3.1-3.3 (AS/TGS exchanges), RFC 4511 §4.2/§4.5 (bind, search), MS-SMB2
+§3.3.5.9 (CREATE); "thundering herd" in the Linux accept() and cache-stampede literature
+(Vattani et al., *Optimal Probabilistic Cache Stampede Prevention*, VLDB 2015).
+
+**Known false positives.** Legitimately synchronised work (a backup window, a deliberate fleet-wide
+job) is a herd by this definition: severity then reflects whether the server suffered. Clients
+behind one NAT address without concurrent requests count as one. A capture at a resolver's upstream
+side sees the resolver, not the herd (it coalesces). The first wave of a retry storm is a herd too
+when the clients started together (both findings are then true). Independent clients practically
+never reach 10x a key's median rate with 20 distinct clients unless something synchronised them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+from numba import njit
+
+from .base import (client_identity_by, fmt_ns, findings, empty_findings, resolution_ns,
+                   severity_from_scale, transaction_frames, SEVERITIES)
+
+NAME = "herd"
+REQUIRES = ("dns_transactions", "kerberos_transactions", "ldap_transactions", "smb2_transactions", "interfaces")
+
+S = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class Params:
+    min_clients: int = 20  # distinct clients a herd needs at least
+    window_ns: int = 1_000_000_000  # min_clients within this gives the lowest herd rate
+    repeat_ns: int = 100_000_000  # a client's repeats of one request within this count as one arrival
+    rate_factor: float = 10.0  # the herd rate must be at least this many times the key's baseline rate
+    baseline_bin_ns: int = 1_000_000_000  # baseline = the key's median arrivals per bin of this width
+    max_span_ns: int = 10_000_000_000  # a burst longer than this is sustained load, not a herd
+    trim_factor: float = 10.0  # a herd's edges are trimmed where arrivals are this much sparser than its mean
+    medium_clients: int = 30  # impact (clients x latency factor) for medium
+    high_impact: float = 300.0  # impact for high
+    critical_impact: float = 3000.0  # impact for critical
+    latency_factor: float = 2.0  # p99 during / p99 before at least this counts as latency impact ...
+    latency_floor_ns: int = 1_000_000  # ... when the p99 also rose by at least this
+    error_rate_rise: float = 0.10  # error rate during minus before at least this: one level up
+    lookback_ns: int = 60_000_000_000  # "before the herd" is this long (other herds left out)
+    ttl_tolerance_ns: int = 250_000_000  # slack around answer time + TTL (beyond TTLs' whole seconds)
+    ttl_match_share: float = 0.5  # share of the herd's clients whose own answer expired for a TTL trigger
+    sync_tolerance_ns: int = 20_000_000  # start within this of a whole second: synchronised start
+    failure_lookback_ns: int = 10_000_000_000  # failures of the key this long before count as the trigger ...
+    failure_share: float = 0.5  # ... when they are at least this share of its requests there
+
+
+# -- requests of every protocol, one frame ---------------------------------------------------------
+
+_REQ_SCHEMA = {
+    "protocol": pl.String, "client": pl.String, "client_port": pl.UInt16, "server": pl.String,
+    "server_port": pl.UInt16, "operation": pl.String, "resource": pl.String, "key_resource": pl.String,
+    "request_frame": pl.UInt32, "request_ts_ns": pl.Int64, "response_ts_ns": pl.Int64,
+    "latency_ns": pl.Int64, "is_error": pl.Boolean, "answered": pl.Boolean, "counts": pl.Boolean,
+    "ttl": pl.Int64, "expects": pl.Boolean, "failed": pl.Boolean, "end_ts_ns": pl.Int64,
+}
+
+
+def requests_of(frames: dict[str, pl.DataFrame], keep: tuple[str, ...] = ()) -> pl.DataFrame:
+    """The TRANSACTION_COMMON part of every transaction frame, plus ``key_resource`` (what "the same
+    request" means: DNS names compared case-insensitively, Kerberos by principal asked for), ``counts``
+    (False for the later steps of one Kerberos login and for requests that expect no answer: LDAP
+    unbind/abandon, ...), ``ttl`` (DNS answer TTL, s), ``expects`` (an answer is expected),
+    ``failed`` (an error, or no answer where one was expected) and ``end_ts_ns`` (when the request
+    stopped being outstanding: its answer, itself when none is expected, null when unanswered).
+    Columns named in ``keep`` are passed through (every frame must have them)."""
+    parts = []
+    for name, f in frames.items():
+        cols = set(f.columns)
+        resource = pl.col("resource").cast(pl.String)
+        key = resource
+        counts = pl.lit(True)
+        ttl = pl.lit(None, pl.Int64)
+        if name.startswith("dns") or "qtype" in cols:
+            key = resource.str.to_lowercase()
+        if {"sname", "realm"} <= cols:
+            principal = pl.concat_str(pl.col("sname").cast(pl.String), pl.lit("@"), pl.col("realm").cast(pl.String))
+            resource = pl.coalesce(principal, resource)
+            key = resource
+        if "login_step" in cols:
+            counts = pl.col("login_step").fill_null(1) <= 1
+        if "answer_ttl_min" in cols:
+            ttl = pl.col("answer_ttl_min").cast(pl.Int64)
+        expects = pl.col("expects_response").cast(pl.Boolean).fill_null(True) if "expects_response" in cols \
+            else pl.lit(True)
+        parts.append(f.select(
+            pl.col("protocol").cast(pl.String), pl.col("client").cast(pl.String),
+            pl.col("client_port").cast(pl.UInt16), pl.col("server").cast(pl.String),
+            pl.col("server_port").cast(pl.UInt16), pl.col("operation").cast(pl.String).fill_null(""),
+            resource.alias("resource"), key.fill_null("").alias("key_resource"),
+            pl.col("request_frame").cast(pl.UInt32), pl.col("request_ts_ns").cast(pl.Int64),
+            pl.col("response_ts_ns").cast(pl.Int64), pl.col("latency_ns").cast(pl.Int64),
+            pl.col("is_error").cast(pl.Boolean), pl.col("answered").cast(pl.Boolean).fill_null(False),
+            (counts & expects).alias("counts"), ttl.alias("ttl"), expects.alias("expects"),
+            (pl.col("is_error").cast(pl.Boolean).fill_null(False)
+             | (expects & ~pl.col("answered").cast(pl.Boolean).fill_null(False))).alias("failed"),
+            pl.when(expects).then(pl.col("response_ts_ns").cast(pl.Int64))
+            .otherwise(pl.col("request_ts_ns").cast(pl.Int64)).alias("end_ts_ns"),
+            *keep,
+        ).filter(pl.col("request_ts_ns").is_not_null() & pl.col("client").is_not_null()
+                 & pl.col("server").is_not_null()))
+    if not parts:
+        return pl.DataFrame(schema=_REQ_SCHEMA)
+    return pl.concat([p.cast(_REQ_SCHEMA) for p in parts], how="diagonal_relaxed" if keep else "vertical")
+
+
+# -- the segment search ----------------------------------------------------------------------------
+
+@njit(cache=True)
+def _kadane_segments(key, t, lam, min_events):
+    """Maximum-scoring segments of (1 per arrival - lam[k] per ns) in each run of equal ``key``
+    (arrivals sorted by key, then time). Returns the segment number per arrival (-1: none) for
+    segments of at least ``min_events`` arrivals."""
+    n = t.shape[0]
+    seg = np.full(n, -1, np.int64)
+    nseg = 0
+    i = 0
+    while i < n:
+        j = i
+        while j < n and key[j] == key[i]:
+            j += 1
+        cur = 0.0
+        peak = 0.0
+        start = i
+        peak_end = -1
+        for k in range(i, j):
+            cand = 0.0
+            if k > i and cur > 0.0:
+                cand = cur - lam[k] * float(t[k] - t[k - 1])
+            if cand <= 0.0:
+                if peak_end >= 0 and peak_end - start + 1 >= min_events:
+                    for m in range(start, peak_end + 1):
+                        seg[m] = nseg
+                    nseg += 1
+                start = k
+                cur = 1.0
+                peak = 1.0
+                peak_end = k
+            else:
+                cur = cand + 1.0
+                if cur > peak:
+                    peak = cur
+                    peak_end = k
+        if peak_end >= 0 and peak_end - start + 1 >= min_events:
+            for m in range(start, peak_end + 1):
+                seg[m] = nseg
+            nseg += 1
+        i = j
+    return seg
+
+
+def _with_keys(req: pl.DataFrame) -> pl.DataFrame:
+    return req.with_columns(
+        pl.concat_str("protocol", "server", "operation", "key_resource", separator="\x1f").hash().alias("key"))
+
+
+def _episodes(req: pl.DataFrame, params: Params, t_first: int, t_last: int) -> pl.DataFrame:
+    """Herd episodes: key, seg, start_ns, end_ns, clients, arrivals, lam (per ns), baseline (per s)."""
+    window = int(params.repeat_ns)
+    # integers only until the segments are known (sorting strings is what costs)
+    arrivals = (
+        req.with_row_index("_row").filter(pl.col("counts"))
+        .select("_row", "key", pl.col("client_id").hash().alias("cid"), "request_ts_ns")
+        .sort("key", "cid", "request_ts_ns")
+        .filter(((pl.col("request_ts_ns") - pl.col("request_ts_ns").shift(1)) >= window).fill_null(True)
+                | (pl.col("key") != pl.col("key").shift(1)).fill_null(True)
+                | (pl.col("cid") != pl.col("cid").shift(1)).fill_null(True))
+    )
+    # a key needs min_clients distinct arrivals somewhere to hold a herd
+    arrivals = arrivals.filter(pl.len().over("key") >= params.min_clients)
+    if arrivals.height == 0:
+        return pl.DataFrame()
+    # baseline: the key's median arrivals per bin over the bins from its first to its last arrival
+    # (empty bins included; a key busy only part of the capture is judged on that part)
+    bin_ns = max(int(params.baseline_bin_ns), 1)
+    arrivals = arrivals.with_columns(pl.col("request_ts_ns").min().over("key").alias("_k0"),
+                                     pl.col("request_ts_ns").max().over("key").alias("_k1"))
+    per_bin = (arrivals.group_by("key", ((pl.col("request_ts_ns") - pl.col("_k0")) // bin_ns).alias("bin"))
+               .agg(pl.len().alias("c"), ((pl.col("_k1").first() - pl.col("_k0").first()) // bin_ns + 1).alias("nb")))
+    base = per_bin.group_by("key").agg(pl.col("c").sort().alias("cs"), pl.len().alias("nz"),
+                                       pl.col("nb").first()).with_columns(
+        (pl.col("nb") - pl.col("nz")).alias("zeros"), ((pl.col("nb") - 1) // 2).alias("mid")).with_columns(
+        pl.when(pl.col("nb") < 3).then(pl.lit(0, pl.UInt32))  # a median of one or two bins is the burst itself
+        .when(pl.col("mid") < pl.col("zeros")).then(pl.lit(0, pl.UInt32))
+        .otherwise(pl.col("cs").list.get((pl.col("mid") - pl.col("zeros")).cast(pl.Int64), null_on_oob=True))
+        .fill_null(0).cast(pl.Float64).alias("median_bin"),
+    ).select("key", (pl.col("median_bin") * (S / bin_ns)).alias("baseline_rate"))
+    floor = params.min_clients / max(params.window_ns, 1)
+    arrivals = arrivals.join(base, on="key", how="left").with_columns(
+        pl.max_horizontal(pl.lit(floor), pl.col("baseline_rate") * params.rate_factor / S).alias("lam"),
+    ).sort("key", "request_ts_ns")
+    seg = _kadane_segments(arrivals["key"].to_numpy().astype(np.uint64).view(np.int64),
+                           arrivals["request_ts_ns"].to_numpy(), arrivals["lam"].to_numpy(),
+                           int(params.min_clients))
+    arrivals = arrivals.with_columns(pl.Series("seg", seg)).filter(pl.col("seg") >= 0)
+    # Trim: a low lambda lets a segment run into background that arrives at about lambda; the herd
+    # is the core where arrivals are far denser. Search again inside each segment at 1/trim_factor
+    # of the segment's own rate (when that is above lambda), and keep the best part.
+    if arrivals.height:
+        arrivals = arrivals.with_columns(
+            pl.max_horizontal(pl.col("lam"), pl.len().over("seg") / params.trim_factor
+                              / (pl.col("request_ts_ns").max() - pl.col("request_ts_ns").min() + 1).over("seg"))
+            .alias("lam2")).sort("seg", "request_ts_ns")
+        sub = _kadane_segments(arrivals["seg"].to_numpy(), arrivals["request_ts_ns"].to_numpy(),
+                               arrivals["lam2"].to_numpy(), int(params.min_clients))
+        arrivals = arrivals.with_columns(pl.Series("sub", sub)).filter(pl.col("sub") >= 0)
+        best = arrivals.group_by("seg", "sub").len().sort("len", "sub", descending=[True, False]).unique(
+            "seg", keep="first")
+        arrivals = arrivals.join(best.select("seg", "sub"), on=["seg", "sub"], how="semi")
+    arrivals = arrivals.join(req.with_row_index("_row").select("_row", "client_id", "client", "client_identity"),
+                             on="_row", how="left")
+    eps = (arrivals.group_by("seg").agg(
+        pl.col("key").first(), pl.col("request_ts_ns").min().alias("start_ns"),
+        pl.col("request_ts_ns").max().alias("end_ns"), pl.col("client_id").n_unique().alias("clients"),
+        pl.len().alias("arrivals"), pl.col("lam").first(), pl.col("baseline_rate").first(),
+        pl.col("client").n_unique().alias("addresses"),
+        pl.col("client_id").filter(pl.col("client_identity") == "address+port").n_unique().alias("split_clients"),
+    ).filter((pl.col("clients") >= params.min_clients)
+             & (pl.col("end_ns") - pl.col("start_ns") <= params.max_span_ns)))
+    return eps.sort("start_ns", "key")
+
+
+# -- the report ------------------------------------------------------------------------------------
+
+def _p99(col: str = "latency_ns") -> pl.Expr:
+    return pl.col(col).drop_nulls().quantile(0.99, "linear")
+
+
+def _server_stats(req: pl.DataFrame, eps: pl.DataFrame, params: Params) -> pl.DataFrame:
+    """Per episode: the server's (same protocol) p99 latency and failure share during and before."""
+    srv = req.select("protocol", "server", "request_ts_ns", "latency_ns", "answered", "failed", "in_herd")
+    e = eps.select("seg", "protocol", "server", "start_ns", "end_ns")
+    j = e.join(srv, on=["protocol", "server"], how="inner")
+    fail = pl.col("failed").cast(pl.Float64)
+    during = j.filter(pl.col("request_ts_ns").is_between(pl.col("start_ns"), pl.col("end_ns"))).group_by("seg").agg(
+        _p99().alias("p99_during"), fail.mean().alias("fail_during"), pl.col("answered").sum().alias("answered_during"),
+        pl.len().alias("n_during"))
+    before = j.filter((pl.col("request_ts_ns") < pl.col("start_ns"))
+                      & (pl.col("request_ts_ns") >= pl.col("start_ns") - params.lookback_ns)
+                      & ~pl.col("in_herd")).group_by("seg").agg(
+        _p99().alias("p99_before"), fail.mean().alias("fail_before"), pl.len().alias("n_before"))
+    return eps.join(during, on="seg", how="left").join(before, on="seg", how="left")
+
+
+def _evidence(req: pl.DataFrame, eps: pl.DataFrame) -> pl.DataFrame:
+    """Per episode: every request of its key inside its span (frames), and the in_herd marks."""
+    e = eps.select("seg", "key", "start_ns", "end_ns")
+    hits = req.select("key", "request_frame", "request_ts_ns", "counts").join(e, on="key", how="inner").filter(
+        pl.col("request_ts_ns").is_between(pl.col("start_ns"), pl.col("end_ns")))
+    return hits
+
+
+def _ttl_trigger(req: pl.DataFrame, eps: pl.DataFrame, params: Params) -> pl.DataFrame:
+    """Per DNS episode: ttl_s (the TTL whose expiry triggered it) and ttl_share (share of the herd's
+    clients whose own latest answer expired at their re-query), null when no TTL explains it."""
+    answers = req.filter(pl.col("ttl").is_not_null() & pl.col("answered") & pl.col("response_ts_ns").is_not_null()
+                         & pl.col("key").is_in(eps["key"].implode())
+                         ).select("key", "client_id", pl.col("response_ts_ns").alias("ans_ts"), "ttl")
+    out_schema = {"seg": pl.Int64, "ttl_s": pl.Int64, "ttl_share": pl.Float64}
+    if answers.height == 0 or eps.height == 0:
+        return pl.DataFrame(schema=out_schema)
+    tol = int(params.ttl_tolerance_ns)
+    # the herd's arrivals: each client's first request of the key in the episode
+    herd = (req.filter(pl.col("counts")).select("key", "client_id", "request_ts_ns")
+            .join(eps.select("seg", "key", "start_ns", "end_ns"), on="key", how="inner")
+            .filter(pl.col("request_ts_ns").is_between(pl.col("start_ns"), pl.col("end_ns")))
+            .group_by("seg", "key", "client_id").agg(pl.col("request_ts_ns").min()))
+    mine = (herd.sort("request_ts_ns")
+            .join_asof(answers.sort("ans_ts"), left_on="request_ts_ns", right_on="ans_ts", by=["key", "client_id"],
+                       strategy="backward", allow_exact_matches=False, check_sortedness=False)
+            .with_columns((pl.col("ans_ts") + pl.col("ttl") * S).alias("expiry"))
+            .with_columns(pl.col("request_ts_ns").is_between(pl.col("expiry") - tol, pl.col("expiry") + S + tol)
+                          .alias("hit")))
+    per = mine.group_by("seg").agg(
+        pl.len().alias("n"), pl.col("ans_ts").is_not_null().sum().alias("with_answer"),
+        pl.col("hit").fill_null(False).sum().alias("hits"),
+        pl.col("ttl").filter(pl.col("hit").fill_null(False)).max().alias("ttl_hit"))
+    # fallback when the clients' own answers are not in the capture: the key's latest earlier answer
+    latest = (eps.select("seg", "key", "start_ns").sort("start_ns")
+              .join_asof(answers.select("key", "ans_ts", "ttl").sort("ans_ts"), left_on="start_ns", right_on="ans_ts",
+                         by="key", strategy="backward", allow_exact_matches=False, check_sortedness=False)
+              .with_columns((pl.col("ans_ts") + pl.col("ttl") * S).alias("expiry"))
+              .with_columns(pl.col("start_ns").is_between(pl.col("expiry") - tol, pl.col("expiry") + S + tol)
+                            .fill_null(False).alias("key_hit"))
+              .select("seg", "key_hit", pl.col("ttl").alias("key_ttl")))
+    per = per.join(latest, on="seg", how="left").with_columns(
+        (pl.col("hits") / pl.col("n")).alias("share"),
+        (pl.col("with_answer") < 0.25 * pl.col("n")).alias("few_own"))
+    own = (pl.col("hits") >= params.ttl_match_share * pl.col("n"))
+    fallback = pl.col("few_own") & pl.col("key_hit")
+    return per.select(
+        pl.col("seg").cast(pl.Int64),
+        pl.when(own).then(pl.col("ttl_hit")).when(fallback).then(pl.col("key_ttl")).otherwise(None)
+        .cast(pl.Int64).alias("ttl_s"),
+        pl.when(own).then(pl.col("share")).when(fallback).then(pl.lit(None, pl.Float64)).otherwise(None)
+        .alias("ttl_share"),
+    )
+
+
+def _failure_trigger(req: pl.DataFrame, eps: pl.DataFrame, params: Params) -> pl.DataFrame:
+    """Per episode: the key's failures (errors, or no answer where one was expected) in the lookback
+    before it, kept only when they are at least ``failure_share`` of its requests there (a key that
+    always fails now and then has no trigger in that)."""
+    before = eps.select("seg", "key", "start_ns").join(
+        req.filter(~pl.col("in_herd")).select("key", "request_ts_ns", "failed"), on="key", how="inner").filter(
+        (pl.col("request_ts_ns") < pl.col("start_ns"))
+        & (pl.col("request_ts_ns") >= pl.col("start_ns") - params.failure_lookback_ns))
+    return before.group_by("seg").agg(
+        pl.col("failed").sum().alias("failures_before"), pl.len().alias("_n"),
+        (pl.col("start_ns").first() - pl.col("request_ts_ns").filter(pl.col("failed")).min())
+        .alias("failures_since_ns"),
+    ).filter((pl.col("failures_before") > 0) & (pl.col("failures_before") >= params.failure_share * pl.col("_n"))
+             ).drop("_n")
+
+
+def _verb(protocol: str, operation: str, ttl: bool) -> str:
+    if protocol == "dns":
+        return "re-queried" if ttl else "queried"
+    if protocol == "kerberos":
+        return "sent AS-REQs for" if operation == "AS-REQ" else ("sent TGS-REQs for" if operation == "TGS-REQ"
+                                                                 else f"sent {operation} for")
+    return f"sent {operation} for" if operation else "asked for"
+
+
+def _num(x: float) -> str:
+    if x >= 100:
+        return f"{x:,.0f}"
+    if x >= 10:
+        return f"{x:.1f}"
+    return f"{x:.2g}"
+
+
+def _explain(r: dict, res_ns: float) -> str:
+    span = r["end_ns"] - r["start_ns"]
+    if span < res_ns:
+        within = f"within {fmt_ns(res_ns)} (the capture's timestamp resolution)"
+    else:
+        within = f"within {fmt_ns(span)}"
+    proto, op = r["protocol"], r["operation"] or ""
+    what = r["resource"] or op or "the same request"
+    if proto == "dns" and op:
+        what = f"{what} {op}"
+    head = f"{r['clients']} clients {_verb(proto, op, r['ttl_s'] is not None)} {what} at {r['server']} {within}"
+    if r["ttl_s"] is not None:
+        share = f"; {r['ttl_share'] * 100:.0f} % of them right when their own cached answer ran out" \
+            if r["ttl_share"] is not None else ""
+        trigger = f" of its TTL expiring (TTL {r['ttl_s']} s{share})"
+    elif r["failures_before"]:
+        trigger = (f", right after {r['failures_before']} failed or unanswered request(s) for it in the "
+                   f"preceding {fmt_ns(r['failures_since_ns'])} (clients coming back together after a failure)")
+    elif r["sync_ms"] is not None:
+        trigger = (f", starting {r['sync_ms']:+.1f} ms from a whole second (a synchronised start: "
+                   f"timer- or cron-driven clients)")
+    else:
+        trigger = ""
+    rate = r["arrivals"] / max(span, res_ns) * S
+    if r["baseline_outside"] > 0:
+        factor = rate / r["baseline_outside"]
+        rate_s = (f"; {_num(rate)}/s against {_num(r['baseline_outside'])}/s otherwise "
+                  f"({_num(factor) if factor < 1000 else 'over 1,000'}x)")
+    else:
+        rate_s = f"; {_num(rate)}/s, and no other requests for it in the capture"
+    if r["p99_during"] is None and not r["answers_seen"]:
+        lat = "; the server's responses are not in the capture (one direction only?), so its latency cannot be judged"
+    elif r["p99_during"] is None:
+        lat = f"; the server answered none of them ({r['fail_during'] * 100:.0f} % failures during the herd)"
+    elif r["p99_before"] is None:
+        lat = (f"; server p99 latency {fmt_ns(r['p99_during'])} and {r['fail_during'] * 100:.0f} % failures "
+               f"during the herd (no earlier requests to compare)")
+    else:
+        verb = "rose" if r["p99_during"] > r["p99_before"] else "went"
+        lat = (f"; server p99 latency {verb} from {fmt_ns(r['p99_before'])} to {fmt_ns(r['p99_during'])}, "
+               f"failures {r['fail_before'] * 100:.0f} % -> {r['fail_during'] * 100:.0f} %")
+    if 0 < r["split_clients"] < r["clients"]:
+        lat += (f"; {r['split_clients']} of the clients are address:port (addresses with concurrent request "
+                f"streams), the others addresses")
+    if not r["by_address"]:
+        lat += (f"; counted as address+port, the requests come from only {r['addresses']} address(es): "
+                f"possibly one busy client with many streams rather than a herd (informational)")
+    if not r["judged"]:
+        lat += ("; the capture is too short around it to know the normal rate, so this may be ordinary "
+                "load (informational)")
+    return head + trigger + rate_s + lat
+
+
+def _observed_period(capture, req: pl.DataFrame) -> tuple[int, int]:
+    """First and last timestamp the capture covers (its packets; the requests when it has none)."""
+    lo, hi = int(req["request_ts_ns"].min()), int(req["request_ts_ns"].max())
+    try:
+        ts = capture.packets["ts_ns"]
+        if ts.len():
+            lo, hi = min(lo, int(ts.min())), max(hi, int(ts.max()))
+    except (AttributeError, KeyError, pl.exceptions.ColumnNotFoundError):
+        pass
+    return lo, hi
+
+
+def detect(capture, params: Params = Params()) -> pl.DataFrame:
+    frames = transaction_frames(capture)
+    req = requests_of(frames)
+    if req.height < params.min_clients:
+        return empty_findings()
+    req = client_identity_by(req, ["protocol", "server"], end="end_ts_ns")
+    req = _with_keys(req)
+    t_first, t_last = _observed_period(capture, req)
+    eps = _episodes(req, params, t_first, t_last)
+    if eps.height == 0:
+        return empty_findings()
+    res_ns = resolution_ns(capture)
+    keyinfo = (req.filter(pl.col("key").is_in(eps["key"].implode()))
+               .group_by("key").agg(pl.col("protocol").first(), pl.col("server").first(),
+                                    pl.col("operation").first(), pl.col("resource").mode().first(),
+                                    pl.col("counts").sum().alias("key_requests")))
+    eps = eps.join(keyinfo, on="key", how="left").with_columns(
+        pl.when(pl.col("split_clients") * 2 > pl.col("clients")).then(pl.lit("address+port"))
+        .otherwise(pl.lit("address")).alias("client_identity"))
+    hits = _evidence(req, eps)
+    in_herd = hits.select("request_frame", "request_ts_ns").unique().with_columns(pl.lit(True).alias("in_herd"))
+    req = req.join(in_herd, on=["request_frame", "request_ts_ns"], how="left").with_columns(
+        pl.col("in_herd").fill_null(False))
+    ev = hits.group_by("seg").agg(pl.col("request_frame").alias("evidence_frames"), pl.len().alias("in_span"))
+    # the key's rate outside its herds
+    herd_time = eps.group_by("key").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("herd_ns"))
+    herd_reqs = hits.group_by("key").agg(pl.col("counts").sum().alias("herd_requests"))
+    duration = max(t_last - t_first, 1)
+    eps = (eps.join(ev, on="seg", how="left").join(herd_time, on="key", how="left")
+           .join(herd_reqs, on="key", how="left")
+           .with_columns(((pl.col("key_requests") - pl.col("herd_requests")).clip(0)
+                          / ((duration - pl.col("herd_ns")).clip(1) / S)).alias("baseline_outside"),
+                         (duration - pl.col("herd_ns")).alias("outside_ns"),
+                         (pl.col("arrivals") / pl.max_horizontal(pl.col("end_ns") - pl.col("start_ns"), pl.lit(res_ns))
+                          * S).alias("herd_rate")))
+    # short relative to the key's normal rate: against its rate outside its herds, when the capture
+    # shows enough of that (at least as long as the herd and the window); otherwise it cannot judge
+    eps = eps.with_columns(
+        (pl.col("outside_ns") >= pl.max_horizontal(pl.col("end_ns") - pl.col("start_ns"),
+                                                    pl.lit(int(params.window_ns)))).alias("judged"),
+    ).filter(~pl.col("judged") | (pl.col("herd_rate") >= params.rate_factor * pl.col("baseline_outside")))
+    if eps.height == 0:
+        return empty_findings()
+    eps = _server_stats(req, eps, params)
+    answering = req.filter(pl.col("answered")).select("protocol").unique().with_columns(
+        pl.lit(True).alias("answers_seen"))
+    eps = eps.join(answering, on="protocol", how="left").with_columns(pl.col("answers_seen").fill_null(False))
+    eps = eps.join(_ttl_trigger(req, eps, params), on="seg", how="left")
+    eps = eps.join(_failure_trigger(req, eps, params), on="seg", how="left")
+    sync_ok = res_ns * 10 <= params.sync_tolerance_ns
+    frac = (pl.col("start_ns") % S)
+    off_ms = pl.when(frac > S // 2).then(frac - S).otherwise(frac) / 1e6
+    eps = eps.with_columns(
+        pl.when(pl.lit(sync_ok) & (off_ms.abs() * 1e6 <= params.sync_tolerance_ns)).then(off_ms)
+        .otherwise(None).alias("sync_ms"),
+        pl.col("failures_before").fill_null(0),
+    )
+    # severity: clients x latency factor, one level up for a rise in failures
+    ratio = pl.col("p99_during") / pl.col("p99_before")
+    lat_factor = (pl.when((ratio >= params.latency_factor)
+                          & (pl.col("p99_during") - pl.col("p99_before") >= params.latency_floor_ns))
+                  .then(ratio.clip(upper_bound=100.0)).otherwise(1.0).fill_null(1.0))
+    impact = pl.col("clients").cast(pl.Float64) * lat_factor
+    level = severity_from_scale(impact, (float(params.min_clients), float(params.medium_clients),
+                                         params.high_impact, params.critical_impact))
+    eps = eps.with_columns(impact.alias("impact"), level.alias("_sev")).with_columns(
+        pl.when(pl.col("_sev") == "informational").then(pl.lit("low")).otherwise(pl.col("_sev")).alias("_sev"))
+    bump = ((pl.col("fail_during") - pl.col("fail_before").fill_null(0.0)) >= params.error_rate_rise).fill_null(False)
+    order = list(SEVERITIES)
+    eps = eps.with_columns(
+        pl.when(bump).then(pl.col("_sev").replace_strict({s: order[min(k + 1, len(order) - 1)]
+                                                           for k, s in enumerate(order)}))
+        .otherwise(pl.col("_sev")).alias("severity"))
+    # a herd counted on the ports of fewer than min_clients addresses may be one busy multi-stream
+    # client rather than many clients: it cannot judge
+    eps = eps.with_columns((pl.col("addresses") >= params.min_clients).alias("by_address")).with_columns(
+        pl.when(pl.col("judged") & pl.col("by_address")).then(pl.col("severity"))
+        .otherwise(pl.lit("informational")).alias("severity"))
+    rows = eps.sort("start_ns").to_dicts()
+    expl = [_explain(r, res_ns) for r in rows]
+    out = eps.sort("start_ns").with_columns(
+        pl.Series("explanation", expl, dtype=pl.String),
+        pl.col("protocol").alias("kind"),
+        pl.lit(None, pl.String).alias("client"),
+        pl.col("clients").cast(pl.UInt32),
+        pl.lit("clients_in_window").alias("metric"),
+        pl.col("clients").cast(pl.Float64).alias("value"),
+        pl.lit(float(params.min_clients)).alias("threshold"),
+        pl.lit("clients").alias("unit"),
+        pl.col("evidence_frames").fill_null([]).list.eval(pl.element().cast(pl.UInt32)),
+    ).select("kind", "severity", "start_ns", "end_ns", "client", "server", "resource", "clients",
+             "client_identity", "metric", "value", "threshold", "unit", "evidence_frames", "explanation")
+    return findings(out, detector=NAME, params=params)

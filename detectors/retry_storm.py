@@ -1,0 +1,586 @@
+"""Retry storm: clients repeating the same request without an answer, or after an error.
+
+**Pathology.** A server slows down or stops answering; every client resends on its own timer, each
+resend adds load, and when the server comes back it meets the backlog of every retry (dnsmasq even
+forwards each one upstream). Without exponential backoff (RFC 8085 §3.1.3, RFC 6298 §5.5) and
+without jitter, the retries of many clients keep the server down, and clients that time out together
+retry in phase (synchronised waves).
+
+**Signal.** Every *send* of a request: DNS queries (the first query of a transaction and each
+retransmission of it, from ``dns_messages``), Kerberos, LDAP and SMB2 requests (their transaction
+frames), and TCP SYNs (``tcp_segments`` + ``connections``: retransmitted SYNs and new connection
+attempts). Sends of one client to one server for the same request are a *retry* of the send
+before when that one came at most ``max_gap_ns`` earlier and either had been answered with an
+error by then (SERVFAIL, a KRB-ERROR that ended the login, an LDAP error, STATUS_SHARING_VIOLATION,
+a RST to a SYN) or had no answer yet — for requests over TCP only when the resend uses another
+connection: on one connection TCP does the retransmitting, and a second request sent before the
+first is answered is a pipelined twin, not a retry. "The same request" is operation + resource
+(DNS name and type, Kerberos principal, LDAP DN, SMB2 path; server port for SYNs) plus the fields
+that tell requests apart beyond them (LDAP filter, scope, attributes and OID, Kerberos cname, SMB2
+info class, offset, create disposition and file id). A request with its retries is a *chain*.
+Kerberos' PREAUTH_REQUIRED -> AS-REQ with pre-authentication (and RESPONSE_TOO_BIG -> TCP) is the
+protocol working (the kerberos decoder marks that step as no error), so it is never a retry.
+Retried chains of one server (and port) that overlap or lie within ``episode_gap_ns`` of each
+other are one episode: one finding, starting at its first retry.
+
+Reported: clients, retried requests, retries, retries per original request (the metric) and the
+amplification (sends per retried request), how the tries ended (errors by status, unanswered), the
+backoff class of the inter-send intervals — none (a fixed timer), linear, exponential, with or
+without jitter, or irregular (:func:`classify_backoff`: per-chain least-squares growth of the
+log-intervals, model residuals) —, whether the clients retry in phase (:func:`in_phase`: the median
+distance from a retry to the nearest retry of another client, against what independent timers
+would give at that rate), and the retry timer (median first interval) against the server's
+measured response time (median latency of requests answered without a retry; for SYNs the
+handshake RTT): "retry timer 250 ms is 723x the 346 µs response time", or "the retry timer 20 ms
+is shorter than the server's 80 ms response time: clients resend before it could have answered".
+A client that is itself a server of the protocol in the capture (a forwarder) is said to be
+possibly relaying its own clients' retries.
+
+**Clients** per :func:`detectors.base.client_identity_by` per server (address, or address:port for
+an address with requests outstanding at once from several ports); ``client_identity`` is the rule
+of most of the episode's clients. **Vantage:** a capture without a single answer of the protocol
+(one direction only) cannot tell a retry from a new request: such episodes are informational and
+say so. **Resolution:** intervals within ten ticks of the capture's timestamp resolution are not
+classified, and the explanation says so.
+
+**Severity.** A = sends per retried request, N = clients, R = retries. Below ``min_retries``
+retries: not reported. Otherwise low; medium when A >= ``medium_amplification`` with N >=
+``medium_clients``, or A >= ``solo_amplification`` on a fixed timer of at most
+``solo_max_interval_ns`` (one client hammering); high
+when medium and (A >= ``high_amplification``, or N >= ``high_clients`` with R >= ``high_retries``);
+critical when N >= ``critical_clients`` with A >= ``high_amplification``, or R >=
+``critical_retries``. Clients backing off exponentially with jitter do what RFC 8085 asks: at most
+low (an outage ridden out, not a storm); exponential backoff without jitter lowers one level
+(not below low) unless the clients retry in phase. Clients that resend no faster than
+``min_speedup`` times their normal pace for the request (the median gap between two asks answered
+fine in a row, where the capture shows it for at least half of the retried requests) are polling
+through a failure: at most low. Without any answer of the protocol in the capture: informational.
+
+**References.** RFC 8085 §3.1.3 (UDP retransmission, backoff), RFC 1035 §4.2.1 and RFC 1536 §1
+(DNS retransmission), RFC 4120 §7.2.1 (KDC timeouts), RFC 6298 and RFC 9293 §3.8.1 (TCP RTO, SYN
+retransmission), MS-SMB2 §3.3.5.9 (CREATE and its sharing checks), AWS Architecture Blog,
+"Exponential Backoff And Jitter" (2015).
+
+**Known false positives.** A client that polls a failing resource on its normal schedule within
+``max_gap_ns`` looks like a fixed-timer retry (its amplification stays low). Re-asks from a new
+source port while the first query is still outstanding make an address count as several clients,
+splitting its chains. Resolvers that fail over to another server show their retries at that server.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from .base import (client_identity_by, fmt_ns, findings, empty_findings, resolution_ns, transaction_frames,
+                   SEVERITIES)
+from .herd import requests_of
+
+NAME = "retry_storm"
+REQUIRES = ("dns_transactions", "dns_messages", "kerberos_transactions", "ldap_transactions",
+            "smb2_transactions", "connections", "tcp_segments", "interfaces")
+
+S = 1_000_000_000
+SYN, ACK = 0x02, 0x10
+
+
+@dataclass(frozen=True)
+class Params:
+    max_gap_ns: int = 10_000_000_000  # a resend later than this after the previous try is a new request
+    episode_gap_ns: int = 10_000_000_000  # retried requests of one server this close form one episode
+    min_retries: int = 3  # episodes with fewer retries are not reported
+    medium_amplification: float = 3.0  # sends per retried request for medium (with medium_clients) ...
+    medium_clients: int = 3
+    solo_amplification: float = 100.0  # ... or this many on a fixed timer, whatever the number of clients ...
+    solo_max_interval_ns: int = 1_000_000_000  # ... resending at least once a second (hammering)
+    high_amplification: float = 10.0  # high: this amplification, or ...
+    high_clients: int = 10  # ... this many clients with ...
+    high_retries: int = 100  # ... this many retries
+    critical_clients: int = 100  # critical: this many clients at high_amplification, or ...
+    critical_retries: int = 10_000  # ... this many retries
+    growth_ratio: float = 1.25  # intervals growing by at least this factor per retry: backoff (linear or exponential)
+    fixed_ratio: float = 1.25  # growth above 1/this (and below growth_ratio): a fixed timer, unless ...
+    linear_step: float = 0.10  # ... the intervals grow steadily by at least this share each time: linear
+    jitter: float = 0.10  # median absolute residual (log scale, or relative) above this: jittered
+    no_timer: float = 0.5  # ... above this (Poisson arrivals give ~0.75, +-50 % jitter ~0.2): no timer, irregular
+    min_speedup: float = 1.5  # clients must resend this much faster than they normally ask (when known)
+    sync_ratio: float = 0.25  # nearest other-client retry at most this share of the independent expectation: in phase
+
+
+# -- sends -------------------------------------------------------------------------------------------
+
+_SEND_SCHEMA = {
+    "kind": pl.String, "client": pl.String, "client_port": pl.UInt16, "server": pl.String,
+    "server_port": pl.UInt16, "operation": pl.String, "key_resource": pl.String, "resource": pl.String,
+    "ts": pl.Int64, "frame": pl.UInt32, "ok_ts": pl.Int64, "end_ts": pl.Int64, "extra": pl.UInt32,
+    "latency_ns": pl.Int64, "answered": pl.Boolean, "error": pl.String, "err_ts": pl.Int64,
+    "reliable": pl.Boolean, "flow": pl.Int64,
+}
+
+# request fields that make two requests of one protocol different although operation and resource
+# agree (two LDAP searches of one base with different filters are different requests)
+_DETAIL_FIELDS = ("filter", "scope", "attributes", "oid", "cname", "info_class_name", "file_offset",
+                  "create_disposition", "fid_persistent", "fid_volatile")
+
+
+_RESPONSE_FIELDS = ("fid_persistent", "fid_volatile")  # filled from the response of a CREATE: not the request's
+
+
+def _detail(f: pl.DataFrame) -> pl.Expr:
+    cols = []
+    for c in _DETAIL_FIELDS:
+        if c not in f.columns:
+            continue
+        e = pl.col(c).cast(pl.String)
+        if c in _RESPONSE_FIELDS:
+            e = pl.when(pl.col("operation").cast(pl.String) != "CREATE").then(e)
+        cols.append(e.fill_null(""))
+    return pl.concat_str(cols, separator="\x1f") if cols else pl.lit(None, pl.String)
+
+
+def _dns_retransmissions(capture, dns_tx: pl.DataFrame) -> pl.DataFrame | None:
+    """The retransmitted queries (dns_messages.retransmission) with their transaction's outcome."""
+    try:
+        msgs = capture.frame("dns_messages")
+    except KeyError:
+        return None
+    need = {"retransmission", "qr", "src", "dst", "sport", "dport", "id", "qname", "qtype", "ts_last_ns",
+            "frame_last", "transport"}
+    if msgs is None or not need <= set(msgs.columns):
+        return None
+    rt = msgs.filter(pl.col("retransmission").fill_null(False) & (pl.col("qr") == False)).select(  # noqa: E712
+        pl.col("transport").cast(pl.String), pl.col("src").cast(pl.String).alias("client"),
+        pl.col("sport").cast(pl.UInt16).alias("client_port"), pl.col("dst").cast(pl.String).alias("server"),
+        pl.col("dport").cast(pl.UInt16).alias("server_port"), pl.col("id").cast(pl.UInt16),
+        pl.col("qname").cast(pl.String).alias("resource"), pl.col("qtype").cast(pl.UInt16),
+        pl.col("ts_last_ns").cast(pl.Int64).alias("ts"), pl.col("frame_last").cast(pl.UInt32).alias("frame"))
+    if rt.height == 0:
+        return rt.with_columns(pl.lit(None, pl.Int64).alias("_txn"))
+    by = ["transport", "client", "client_port", "server", "server_port", "id", "resource", "qtype"]
+    tx = dns_tx.select(
+        pl.col("transport").cast(pl.String), pl.col("client").cast(pl.String), pl.col("client_port").cast(pl.UInt16),
+        pl.col("server").cast(pl.String), pl.col("server_port").cast(pl.UInt16), pl.col("id").cast(pl.UInt16),
+        pl.col("resource").cast(pl.String), pl.col("qtype").cast(pl.UInt16),
+        pl.col("request_ts_ns").cast(pl.Int64).alias("tx_ts"), pl.col("_txn"))
+    return rt.sort("ts").join_asof(tx.sort("tx_ts"), left_on="ts", right_on="tx_ts", by=by, strategy="backward",
+                                   check_sortedness=False)
+
+
+def _transaction_sends(capture, frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    """One row per send of every transaction frame (DNS retransmissions included)."""
+    parts = []
+    for name, f in frames.items():
+        f = f.with_row_index("_txn").with_columns(pl.col("_txn").cast(pl.Int64), _detail(f).alias("_detail"),
+                                                   pl.col("status").cast(pl.String).alias("_status"),
+                                                   pl.col("resource").cast(pl.String).alias("_resource"))
+        dns = {"retries", "id", "qtype"} <= set(f.columns)
+        f = f.with_columns(pl.col("transport").cast(pl.String).alias("_transport"),
+                           pl.col("flow").cast(pl.Int64).alias("_flow"))
+        req = requests_of({name: f}, keep=("_txn", "_detail", "_status", "_resource", "_transport", "_flow")
+                          + (("retries",) if dns else ()))
+        req = req.with_columns(pl.concat_str("key_resource", pl.col("_detail").fill_null(""), separator="\x1f")
+                               .alias("key_resource"))
+        extra = pl.lit(0, pl.UInt32)
+        rts = None
+        if dns:
+            rts = _dns_retransmissions(capture, f)
+            if rts is None:  # no message frame: the retries are known, their times are not
+                extra = pl.col("retries").cast(pl.UInt32).fill_null(0)
+        first = req.select(
+            pl.col("protocol").alias("kind"), "client", "client_port", "server", "server_port", "operation",
+            "key_resource", pl.coalesce("_resource", "resource").alias("resource"), pl.col("request_ts_ns").alias("ts"),
+            pl.col("request_frame").alias("frame"),
+            pl.when(pl.col("answered") & ~pl.col("is_error").fill_null(False)).then(pl.col("response_ts_ns"))
+            .alias("ok_ts"), pl.col("end_ts_ns").alias("end_ts"), extra.alias("extra"), "latency_ns", "answered",
+            pl.when(pl.col("is_error").fill_null(False)).then(pl.col("_status")).alias("error"),
+            pl.when(pl.col("answered") & pl.col("is_error").fill_null(False)).then(pl.col("response_ts_ns"))
+            .alias("err_ts"), (pl.col("_transport") == "tcp").fill_null(False).alias("reliable"),
+            pl.col("_flow").alias("flow"), "_txn", "expects")
+        parts.append(first.filter(pl.col("expects")).drop("expects", "_txn").cast(_SEND_SCHEMA))
+        if rts is not None and rts.height:
+            outcome = first.select("_txn", "kind", "operation", "key_resource", "ok_ts", "end_ts", "error", "err_ts",
+                                   "reliable", "flow")
+            parts.append(rts.filter(pl.col("_txn").is_not_null()).join(outcome, on="_txn", how="inner").select(
+                "kind", "client", "client_port", "server", "server_port", "operation", "key_resource", "resource",
+                "ts", "frame", "ok_ts", "end_ts", pl.lit(0, pl.UInt32).alias("extra"),
+                pl.lit(None, pl.Int64).alias("latency_ns"), pl.lit(False).alias("answered"), "error", "err_ts",
+                "reliable", "flow",
+            ).cast(_SEND_SCHEMA))
+    if not parts:
+        return pl.DataFrame(schema=_SEND_SCHEMA)
+    return pl.concat(parts)
+
+
+def _syn_sends(capture) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+    """One row per SYN a client sent (retransmissions included), with its connection's outcome; and
+    the connections frame (for handshake RTTs)."""
+    empty = pl.DataFrame(schema=_SEND_SCHEMA)
+    try:
+        conns = capture.frame("connections")
+        segs = capture.frame("tcp_segments")
+    except KeyError:
+        return empty, None
+    if conns is None or conns.height == 0 or segs is None or segs.height == 0:
+        return empty, conns
+    is_syn = (pl.col("tcp_flags").cast(pl.Int64) & (SYN | ACK)) == SYN
+    if {"ts_ns", "tcp_flags"} <= set(segs.columns):  # tcp_segments carries them
+        syn = segs.filter(is_syn & pl.col("from_client")).select(
+            pl.col("frame").cast(pl.UInt32), pl.col("ts_ns").cast(pl.Int64).alias("ts"), "conn")
+    else:  # older frames: flags and times from the packets
+        packets = getattr(capture, "packets", None)
+        if packets is None or "tcp_flags" not in packets.columns:
+            return empty, conns
+        syn = packets.filter(is_syn).select(pl.col("frame").cast(pl.UInt32), pl.col("ts_ns").cast(pl.Int64).alias("ts"))
+        seg = segs.select(pl.col("frame").cast(pl.UInt32), "conn", "from_client")
+        syn = (seg.filter(pl.col("frame").is_in(syn["frame"].implode())).join(syn, on="frame", how="inner")
+               .filter(pl.col("from_client")).drop("from_client"))
+    if syn.height == 0:
+        return empty, conns
+    c = conns.select(
+        "conn", pl.col("client").cast(pl.String), pl.col("client_port").cast(pl.UInt16),
+        pl.col("server").cast(pl.String), pl.col("server_port").cast(pl.UInt16),
+        pl.col("synack_ts_ns").cast(pl.Int64), pl.col("last_ts_ns").cast(pl.Int64),
+        pl.col("rtt_client_server_ns").cast(pl.Int64), pl.col("server_rst").cast(pl.Boolean))
+    out = syn.join(c, on="conn", how="inner").select(
+        pl.lit("tcp").alias("kind"), "client", "client_port", "server", "server_port", pl.lit("SYN").alias("operation"),
+        pl.format("{}:{}", "server", "server_port").alias("key_resource"),
+        pl.format("{}:{}", "server", "server_port").alias("resource"), "ts", "frame",
+        pl.col("synack_ts_ns").alias("ok_ts"), pl.coalesce("synack_ts_ns", "last_ts_ns").alias("end_ts"),
+        pl.lit(0, pl.UInt32).alias("extra"), pl.col("rtt_client_server_ns").alias("latency_ns"),
+        pl.col("synack_ts_ns").is_not_null().alias("answered"),
+        pl.when(pl.col("server_rst") & pl.col("synack_ts_ns").is_null()).then(pl.lit("RST")).alias("error"),
+        pl.when(pl.col("server_rst") & pl.col("synack_ts_ns").is_null()).then(pl.col("last_ts_ns")).alias("err_ts"),
+        pl.lit(False).alias("reliable"), pl.col("conn").cast(pl.Int64).alias("flow"))
+    return out.cast(_SEND_SCHEMA), conns
+
+
+# -- backoff, phase -----------------------------------------------------------------------------------
+
+def _fit(y: np.ndarray) -> tuple[float, np.ndarray]:
+    """Least-squares slope of y over its index, and the residuals."""
+    i = np.arange(y.size, dtype=np.float64)
+    ic = i - i.mean()
+    b = float((ic * (y - y.mean())).sum() / (ic * ic).sum())
+    return b, y - (y.mean() + b * ic)
+
+
+MAX_CLASSIFIED_CHAINS = 2000  # chains looked at for the backoff class (the first ones: enough to tell)
+
+
+def classify_backoff(intervals: list[np.ndarray], params: Params = Params()) -> tuple[str, bool | None]:
+    """Backoff class of retry chains from their inter-send intervals (one array per chain): "fixed"
+    (no backoff), "linear", "exponential", "irregular" (intervals shrinking) or "unknown" (no chain
+    with two intervals), and whether there is jitter (None when unknown).
+
+    Per chain, the least-squares slope of log(interval) over the retry number is its growth per
+    retry; the median over chains decides: at least ``growth_ratio`` is growing (exponential or
+    linear, whichever model leaves the smaller residuals — log-space for exponential, relative for
+    linear), within 1/``fixed_ratio``..``growth_ratio`` a fixed timer unless the steps are
+    consistently positive and at least ``linear_step`` of the interval (a linear backoff from a large
+    base). Jitter: the median absolute residual of the chosen model above ``jitter``; a "fixed" timer
+    scattered beyond ``no_timer`` is "irregular" (what a forwarder relaying many clients looks like)."""
+    chains = []
+    for d in intervals[:MAX_CLASSIFIED_CHAINS]:
+        d = np.asarray(d, dtype=np.float64)
+        d = d[d > 0]
+        if d.size >= 2:
+            chains.append(d)
+    if not chains:
+        return "unknown", None
+    fits = [_fit(np.log(d)) for d in chains]
+    growth = float(np.exp(np.median([b for b, _ in fits])))
+    exp_res = np.abs(np.concatenate([r for _, r in fits]))
+
+    def linear_res():
+        out = []
+        for d in chains:
+            b, r = _fit(d)
+            out.append(np.abs(r) / np.maximum(d - r, 1e-12))
+        return np.concatenate(out)
+
+    if growth >= params.growth_ratio:
+        long_chains = [d for d in chains if d.size >= 3]
+        if long_chains:
+            e_long = np.abs(np.concatenate([_fit(np.log(d))[1] for d in long_chains]))
+            l_long = np.concatenate([np.abs(_fit(d)[1]) / np.maximum(d - _fit(d)[1], 1e-12) for d in long_chains])
+            if float(np.median(l_long)) < float(np.median(e_long)) * 0.8:
+                return "linear", float(np.median(linear_res())) > params.jitter
+        return "exponential", float(np.median(exp_res)) > params.jitter
+    if growth > 1.0 / params.fixed_ratio:
+        steps = np.concatenate([np.diff(d) / np.median(d) for d in chains])
+        if float(np.median(steps)) >= params.linear_step and float(np.mean(steps > 0)) >= 0.75:
+            return "linear", float(np.median(linear_res())) > params.jitter
+        dev = float(np.median(np.abs(np.concatenate([np.log(d / np.median(d)) for d in chains]))))
+        if dev > params.no_timer:  # as scattered as independent arrivals: no timer to see
+            return "irregular", True
+        return "fixed", dev > params.jitter
+    return "irregular", True
+
+
+def in_phase(retries: pl.DataFrame, duration_ns: int) -> float | None:
+    """Median distance from each retry to the nearest retry of *another* client (prev/next in time),
+    as a share of what independent timers would give at the same rate (1 / (2 x rate)): near 0 when
+    clients retry in phase, near 1 when not. None with fewer than 3 clients or 10 retries."""
+    if retries.height < 10 or retries["client_id"].n_unique() < 3 or duration_ns <= 0:
+        return None
+    r = retries.sort("ts").with_columns(
+        pl.when(pl.col("client_id").shift(1) != pl.col("client_id")).then(pl.col("ts") - pl.col("ts").shift(1))
+        .alias("dp"),
+        pl.when(pl.col("client_id").shift(-1) != pl.col("client_id")).then(pl.col("ts").shift(-1) - pl.col("ts"))
+        .alias("dn"),
+    ).select(pl.min_horizontal("dp", "dn").alias("nn")).drop_nulls()
+    if r.height == 0:
+        return None
+    rate = retries.height / duration_ns
+    return float(r["nn"].median()) * 2 * rate
+
+
+# -- detect -------------------------------------------------------------------------------------------
+
+_KIND_WORDS = {"dns": "DNS queries", "kerberos": "Kerberos requests", "ldap": "LDAP requests",
+               "smb2": "SMB2 requests", "tcp": "TCP SYNs"}
+
+
+def _num(x: float) -> str:
+    if x >= 100:
+        return f"{x:,.0f}"
+    if x >= 10:
+        return f"{x:.1f}"
+    return f"{x:.2g}"
+
+
+def _explain(r: dict, res_ns: float) -> str:
+    kind = r["kind"]
+    what = r["resource"] or r["operation"]
+    if kind == "dns" and r["operation"]:
+        what = f"{what} {r['operation']}"
+    if r["n_resources"] > 1:
+        what += f" (and {r['n_resources'] - 1} other request(s))"
+    op = r["operation"] or "request"
+    noun = {"dns": "queries for", "tcp": "SYNs to"}.get(kind, f"{op}s for" if not op.endswith("Request")
+                                                          else f"{op[:-7]} requests for")
+    clients = f"{r['clients']} clients" if r["clients"] != 1 else f"1 client ({r['one_client']})"
+    head = (f"{clients} resent {noun} {what} at {r['server']} {r['retries']} times over "
+            f"{fmt_ns(max(r['end_ns'] - r['first_send_ns'], res_ns))}: {r['chains']} request(s) retried, "
+            f"{_num(r['retries'] / r['chains'])} retries per request ({_num(r['amplification'])}x amplification)")
+    if r["answered_any_proto"] is False:
+        return head + ("; no answer of this protocol is in the capture (one direction only?), so resends cannot "
+                       "be told from new requests (informational)")
+    if r["limited"]:
+        back = (f"; intervals are within ten ticks of the capture's {fmt_ns(res_ns)} timestamp resolution, "
+                "too fine to classify")
+    elif r["backoff"] == "unknown":
+        back = "; one retry per request"
+    else:
+        jit = " with jitter" if r["jitter"] else " without jitter"
+        name = {"fixed": "no backoff (fixed timer)", "linear": "linear backoff", "exponential": "exponential backoff",
+                "irregular": "irregular intervals (no timer to see)"}[r["backoff"]]
+        jit = jit if r["backoff"] != "irregular" else ""
+        back = f"; {name}{jit}, median interval {fmt_ns(r['median_interval_ns'])}"
+    phase = ""
+    if r["speedup"] is not None and r["pace_known"] >= 0.5 and r["speedup"] >= 1.5:
+        phase += (f"; {_num(r['speedup'])}x faster than the clients normally ask for it (every "
+                  f"{fmt_ns(r['normal_gap'])})")
+    if r["sync"] is not None:
+        phase += "; clients retry in phase (synchronised)" if r["synced"] else "; clients retry out of phase"
+    errs = r["error_answers"] or 0
+    failed = max(r["sends"] - r["chains_ok"], 0)
+    after_errors = errs * 2 >= failed and errs > 0
+    rtt_name = "handshake RTT" if kind == "tcp" else "response time"
+    rtt_of = "" if r["rtt_from_server"] else " (of other servers: it answered nothing on the first try)"
+    if r["timer_ns"] is None:
+        timer = ""
+    elif r["rtt_ns"] is None or r["rtt_ns"] <= 0:
+        timer = f"; retry {'interval' if after_errors else 'timer'} {fmt_ns(r['timer_ns'])}, response time unknown"
+    elif after_errors:
+        timer = (f"; median retry interval {fmt_ns(r['timer_ns'])} against a {fmt_ns(r['rtt_ns'])} "
+                 f"{rtt_name}{rtt_of}")
+    elif r["timer_ns"] < r["rtt_ns"]:
+        timer = (f"; the retry timer {fmt_ns(r['timer_ns'])} is shorter than the server's {fmt_ns(r['rtt_ns'])} "
+                 f"{rtt_name}{rtt_of}: clients resend before it could have answered")
+    else:
+        timer = (f"; retry timer {fmt_ns(r['timer_ns'])} is {_num(r['timer_ns'] / r['rtt_ns'])}x the "
+                 f"{fmt_ns(r['rtt_ns'])} {rtt_name}{rtt_of}")
+    outcome = (f"; {r['chains_ok']} of {r['chains']} eventually succeeded" if r["chains_ok"] < r["chains"]
+               else "; all eventually succeeded")
+    unanswered = max(r["sends"] - r["chains_ok"] - errs, 0)
+    top = r["top_error"] if r["error_kinds"] == 1 else f"mostly {r['top_error']}"
+    if errs and unanswered:
+        after = f"; {errs} tries failed ({top}) and {unanswered} went unanswered"
+    elif errs:
+        after = f"; {errs} tries failed ({top})"
+    else:
+        after = f"; {unanswered} tries went unanswered"
+    down = "while it keeps failing" if after_errors else "while the server is not answering"
+    who, keep, back_off = (("clients", "keep", "back off") if r["clients"] != 1
+                           else ("the client", "keeps", "backs off"))
+    cause = {"fixed": f" — {who} without backoff {keep} the load up {down}",
+             "linear": " — backoff too slow to shed load",
+             "exponential": "", "irregular": "", "unknown": ""}[r["backoff"]] if not r["limited"] else ""
+    if r["backoff"] == "exponential" and r["jitter"]:
+        cause = f" — {who} {back_off} as RFC 8085 asks: an outage ridden out, not a storm"
+    if r["polling"] and r["backoff"] != "exponential" and not r["relay"]:
+        cause = (f" — but the clients resend no faster than they normally ask for it (every "
+                 f"{fmt_ns(r['normal_gap'])}): polling through a failure, no load added")
+    relay = (f"; {r['one_addr']} is itself a server of this protocol here: it may be relaying its own clients' "
+             f"retries (see the finding at it)") if r["relay"] else ""
+    return head + after + back + phase + timer + outcome + cause + relay
+
+
+def detect(capture, params: Params = Params()) -> pl.DataFrame:
+    frames = transaction_frames(capture)
+    sends = _transaction_sends(capture, frames) if frames else pl.DataFrame(schema=_SEND_SCHEMA)
+    syns, _ = _syn_sends(capture)
+    sends = pl.concat([sends, syns]) if syns.height else sends
+    if sends.height < params.min_retries + 1:
+        return empty_findings()
+    # protocols with at least one answer: without any, the capture misses a direction
+    answered_kinds = set(sends.filter(pl.col("answered"))["kind"].unique().to_list())
+    servers = sends.select("kind", pl.col("server").alias("one_addr")).unique().with_columns(
+        pl.lit(True).alias("relay"))
+    sends = sends.with_row_index("_row")
+    # only addresses with a send that was not answered successfully can have retried (cheap filter
+    # before the client identity and the sort)
+    cand = sends.filter(pl.col("ok_ts").is_null() | (pl.col("extra") > 0) | pl.col("latency_ns").is_null()
+                        ).select("kind", "server", "client").unique()
+    sub = sends.join(cand, on=["kind", "server", "client"], how="semi")
+    sub = client_identity_by(sub, ["kind", "server"], start="ts", end="end_ts")
+    gkey = ["kind", "client_id", "server", "server_port", "operation", "key_resource"]
+    narrow = sub.select("_row", pl.struct(gkey).hash().alias("_g"), "ts", "ok_ts", "err_ts", "reliable", "flow",
+                        "extra").sort("_g", "ts")
+    prev_ok = (pl.col("ok_ts").shift(1) <= pl.col("ts")).fill_null(False)
+    prev_err = (pl.col("err_ts").shift(1) <= pl.col("ts")).fill_null(False)
+    # no answer yet: a resend over UDP (or a new SYN); over TCP the transport retransmits, so only a
+    # request on another connection (the client gave up on the first) is one, not a pipelined twin
+    resend = ~prev_ok & ~prev_err & (~pl.col("reliable") | (pl.col("flow") != pl.col("flow").shift(1)).fill_null(True))
+    same_g = pl.col("_g") == pl.col("_g").shift(1)
+    narrow = narrow.with_columns(
+        (same_g & ((pl.col("ts") - pl.col("ts").shift(1)) <= params.max_gap_ns)
+         & (prev_err | resend)).fill_null(False).alias("retry"),
+        # the client's normal pace for this request: gaps between two answered-fine asks in a row
+        pl.when(same_g & prev_ok).then(pl.col("ts") - pl.col("ts").shift(1)).alias("_ok_gap"),
+    )
+    normal = narrow.group_by("_g").agg(pl.col("_ok_gap").median().alias("normal_gap"))
+    narrow = narrow.with_columns(
+        (~pl.col("retry")).cum_sum().alias("chain"),
+        (pl.col("retry") | pl.col("retry").shift(-1).fill_null(False) | (pl.col("extra") > 0)).alias("_retried"),
+    ).filter(pl.col("_retried")).join(normal, on="_g", how="left").select("_row", "chain", "retry", "normal_gap")
+    # response time per server: requests answered on the first try
+    first_try = sends.filter(pl.col("ok_ts").is_not_null() & pl.col("latency_ns").is_not_null()).join(
+        narrow, on="_row", how="anti")
+    rtt_srv = first_try.group_by("kind", "server").agg(pl.col("latency_ns").median().alias("rtt_srv"))
+    rtt_kind = first_try.group_by("kind").agg(pl.col("latency_ns").median().alias("rtt_kind"))
+    if narrow.height == 0:
+        return empty_findings()
+    s = sub.join(narrow, on="_row", how="inner").sort("chain", "ts")
+    retried = s.group_by("chain").agg(
+        pl.col("kind").first(), pl.col("client_id").first(), pl.col("client_identity").first(),
+        pl.col("server").first(), pl.col("server_port").first(), pl.col("operation").first(),
+        pl.col("key_resource").first(), pl.col("resource").first(), pl.col("client").first().alias("one_addr"),
+        (pl.len() + pl.col("extra").sum()).alias("tries"), pl.col("ts").min().alias("first_ts"),
+        pl.col("ts").max().alias("last_ts"), pl.col("ts").diff().drop_nulls().alias("intervals"),
+        pl.col("ts").get(1, null_on_oob=True).alias("first_retry_ts"),
+        pl.col("frame").alias("frames"), pl.col("ok_ts").last().is_not_null().alias("ok"),
+        pl.col("error").drop_nulls().alias("errors"), pl.col("normal_gap").first(),
+    ).with_columns((pl.col("normal_gap") / pl.col("intervals").list.median()).alias("speedup"))
+    # episodes per server and port
+    sk = ["kind", "server", "server_port"]
+    retried = retried.sort([*sk, "first_ts"]).with_columns(
+        (pl.all_horizontal([(pl.col(c) == pl.col(c).shift(1)).fill_null(False) for c in sk])
+         & (pl.col("first_ts") <= pl.col("last_ts").cum_max().shift(1).over(sk) + params.episode_gap_ns
+            ).fill_null(False)).alias("_same"),
+    ).with_columns((~pl.col("_same")).cum_sum().alias("episode"))
+    res_ns = resolution_ns(capture)
+    eps = retried.group_by("episode").agg(
+        pl.col("kind").first(), pl.col("server").first(), pl.col("server_port").first(),
+        pl.coalesce(pl.col("first_retry_ts").min(), pl.col("first_ts").min()).alias("start_ns"),
+        pl.col("last_ts").max().alias("end_ns"), pl.col("first_ts").min().alias("first_send_ns"),
+        pl.col("client_id").n_unique().alias("clients"), pl.len().alias("chains"),
+        pl.col("tries").sum().alias("sends"), (pl.col("tries") - 1).sum().alias("retries"),
+        pl.col("ok").sum().alias("chains_ok"),
+        pl.col("operation").mode().first(), pl.col("resource").mode().first(),
+        pl.col("key_resource").n_unique().alias("n_resources"),
+        pl.col("client_id").filter(pl.col("client_identity") == "address+port").n_unique().alias("split_clients"),
+        pl.col("frames").list.explode(keep_nulls=False, empty_as_null=False).alias("evidence_frames"),
+        pl.col("intervals").list.first().drop_nulls().median().alias("timer_ns"),
+        pl.col("intervals").list.explode(keep_nulls=False, empty_as_null=False).median().alias("median_interval_ns"),
+        pl.col("client_id").first().alias("one_client"), pl.col("one_addr").first(),
+        pl.col("errors").list.explode(keep_nulls=False, empty_as_null=False).alias("_errs"),
+        pl.col("speedup").is_not_null().mean().alias("pace_known"), pl.col("speedup").median(),
+        pl.col("normal_gap").median(),
+    ).with_columns(
+        pl.col("_errs").list.len().alias("error_answers"),
+        pl.col("_errs").list.eval(pl.element().mode().first()).list.first().alias("top_error"),
+        pl.col("_errs").list.n_unique().alias("error_kinds"),
+    ).drop("_errs").filter(pl.col("retries") >= params.min_retries).sort("start_ns")
+    if eps.height == 0:
+        return empty_findings()
+    eps = (eps.join(rtt_srv, on=["kind", "server"], how="left").join(rtt_kind, on="kind", how="left")
+           .join(servers, on=["kind", "one_addr"], how="left")
+           .with_columns((pl.col("relay").fill_null(False) & (pl.col("clients") == 1)).alias("relay"))
+           .with_columns(pl.when(pl.col("split_clients") * 2 > pl.col("clients")).then(pl.lit("address+port"))
+                         .otherwise(pl.lit("address")).alias("client_identity"),
+                         pl.col("rtt_srv").is_not_null().alias("rtt_from_server"),
+                         pl.coalesce("rtt_srv", "rtt_kind").alias("rtt_ns"),
+                         (pl.col("sends") / pl.col("chains")).alias("amplification")))
+    # backoff class and phase per episode (episodes are few: a Python loop over them)
+    ep_ids = eps["episode"].to_list()
+    by_ep = {k: g for (k,), g in retried.filter(pl.col("episode").is_in(ep_ids)).group_by(["episode"])}
+    retry_sends = s.filter(pl.col("retry")).join(retried.select("chain", "episode"), on="chain", how="inner")
+    rs_by_ep = {k: g for (k,), g in retry_sends.group_by(["episode"])}
+    extra_cols = {"backoff": [], "jitter": [], "sync": [], "limited": []}
+    for row in eps.iter_rows(named=True):
+        g = by_ep[row["episode"]]
+        iv = [np.asarray(x, dtype=np.float64) for x in g["intervals"].to_list() if x is not None and len(x)]
+        med = row["median_interval_ns"]
+        limited = med is not None and med < 10 * res_ns
+        cls, jit = ("unknown", None) if limited else classify_backoff(iv, params)
+        rs = rs_by_ep.get(row["episode"])
+        sync = in_phase(rs, row["end_ns"] - row["start_ns"]) if rs is not None and not limited else None
+        extra_cols["backoff"].append(cls)
+        extra_cols["jitter"].append(jit)
+        extra_cols["sync"].append(sync)
+        extra_cols["limited"].append(limited)
+    eps = eps.with_columns(
+        pl.Series("backoff", extra_cols["backoff"], dtype=pl.String),
+        pl.Series("jitter", extra_cols["jitter"], dtype=pl.Boolean),
+        pl.Series("sync", extra_cols["sync"], dtype=pl.Float64),
+        pl.Series("limited", extra_cols["limited"], dtype=pl.Boolean),
+        pl.col("kind").is_in(list(answered_kinds)).alias("answered_any_proto"),
+    ).with_columns((pl.col("sync") <= params.sync_ratio).fill_null(False).alias("synced"))
+    # severity
+    A, N, R = pl.col("amplification"), pl.col("clients"), pl.col("retries")
+    medium = (((A >= params.medium_amplification) & (N >= params.medium_clients))
+              | ((A >= params.solo_amplification) & (pl.col("backoff") == "fixed")
+                 & (pl.col("median_interval_ns") <= params.solo_max_interval_ns)))
+    high = medium & ((A >= params.high_amplification) | ((N >= params.high_clients) & (R >= params.high_retries)))
+    critical = ((N >= params.critical_clients) & (A >= params.high_amplification)) | (R >= params.critical_retries)
+    level = (pl.when(critical).then(4).when(high).then(3).when(medium).then(2).otherwise(1))
+    exp = pl.col("backoff") == "exponential"
+    level = (pl.when(exp & pl.col("jitter").fill_null(False)).then(pl.min_horizontal(level, pl.lit(1)))
+             .when(exp & ~pl.col("synced")).then(pl.max_horizontal(level - 1, pl.lit(1)))
+             .otherwise(level))
+    # clients that resend no faster than they normally ask are polling through a failure: no load added
+    polling = ((pl.col("pace_known") >= 0.5) & (pl.col("speedup") < params.min_speedup)).fill_null(False)
+    eps = eps.with_columns(polling.alias("polling"))
+    level = pl.when(pl.col("polling")).then(pl.min_horizontal(level, pl.lit(1))).otherwise(level)
+    level = pl.when(pl.col("answered_any_proto")).then(level).otherwise(0)
+    eps = eps.with_columns(level.alias("_level"))
+    rows = eps.to_dicts()
+    expl = [_explain(r, res_ns) for r in rows]
+    out = eps.with_columns(
+        pl.Series("explanation", expl, dtype=pl.String),
+        pl.col("_level").replace_strict(dict(enumerate(SEVERITIES)), return_dtype=pl.String).alias("severity"),
+        pl.when(pl.col("clients") == 1).then(pl.col("one_client")).otherwise(None).alias("client"),
+        pl.col("server").alias("server"),
+        pl.when(pl.col("kind") == "tcp").then(pl.lit("tcp_syn")).otherwise(pl.col("kind")).alias("kind"),
+        pl.col("clients").cast(pl.UInt32),
+        pl.lit("retries_per_request").alias("metric"),
+        ((pl.col("sends") - pl.col("chains")) / pl.col("chains")).cast(pl.Float64).alias("value"),
+        pl.lit(float(params.medium_amplification - 1)).alias("threshold"),
+        pl.lit("retries/request").alias("unit"),
+        pl.col("evidence_frames").list.eval(pl.element().cast(pl.UInt32)),
+    ).select("kind", "severity", "start_ns", "end_ns", "client", "server", "resource", "clients",
+             "client_identity", "metric", "value", "threshold", "unit", "evidence_frames", "explanation")
+    return findings(out, detector=NAME, params=params)
