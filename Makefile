@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.herdscope-installed
 DEMO_CAPTURE ?= samples/smb2-break-queue.pcap
 SUDO   ?= $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup demo test test-all bench samples clean
+.PHONY: setup demo dashboard screenshot test test-all bench samples clean
 
 $(STAMP): pyproject.toml
 	@if ! $(PYTHON) -c 'import venv, ensurepip' 2>/dev/null; then \
@@ -28,6 +28,13 @@ demo: setup
 	$(BIN)/herdscope stats $(DEMO_CAPTURE)
 	$(BIN)/herdscope scan $(DEMO_CAPTURE) || [ $$? -eq 1 ]
 
+dashboard: setup
+	$(BIN)/herdscope dashboard $(DEMO_CAPTURE)
+
+# Refreshes dashboards/screenshot.png (the README's picture); needs Debian's chromium.
+screenshot: setup
+	HERDSCOPE_UPDATE_SCREENSHOT=1 $(BIN)/python -m pytest -q tests/test_dashboard_browser.py
+
 test: setup
 	$(BIN)/python -m pytest -q
 
@@ -44,5 +51,5 @@ samples: $(STAMP)
 	$(SUDO) $(BIN)/python samples/make_real.py --out samples/
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis .bench
+	rm -rf $(VENV) .pytest_cache .hypothesis .bench tests/artifacts
 	find analyzer detectors dashboards tests -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -106,7 +106,16 @@ def finding_records(findings: pl.DataFrame, capture_label: str) -> list[dict]:
 
 
 def wireshark_filter(frames: list[int]) -> str:
-    return "frame.number in {" + " ".join(str(f) for f in frames) + "}"
+    """``frame.number in {1, 2, 3}``: the set syntax of Wireshark 3.6 and later (tshark 4.0 rejects a
+    set separated by spaces only)."""
+    return "frame.number in {" + ", ".join(str(int(f)) for f in frames) + "}"
+
+
+def wireshark_command(path: str, frames: list[int]) -> str:
+    """The command line that opens these frames in Wireshark, quoted for a POSIX shell."""
+    import shlex
+
+    return f"wireshark -r {shlex.quote(str(path))} -Y {shlex.quote(wireshark_filter(frames))}"
 
 
 def _num(x) -> str:
@@ -147,8 +156,7 @@ def render_table(results: list[tuple[dict, list[dict]]], fail_on: str, console=N
                         f"(threshold {_num(r['threshold'])}); "
                         f"evidence {r['evidence_total']} frames[/dim]")
                 if r["evidence_frames"]:
-                    body += (f"\n[dim]wireshark -r {summary['files'][0]} -Y "
-                             f"\"{wireshark_filter(r['evidence_frames'][:20])}\"[/dim]")
+                    body += f"\n[dim]{esc(wireshark_command(summary['files'][0], r['evidence_frames'][:20]))}[/dim]"
                 console.print(Panel(body, title=esc(f"{r['detector']}/{r['kind']} {r['finding_id']}"),
                                     title_align="left", border_style=colours[severity]))
         console.print()

@@ -22,7 +22,7 @@ STAT_COLUMNS = ("protocol", "operation", "count", "answered", "unanswered", "err
                 "p99", "max", "mean")
 
 
-def _latency_stats(frame: pl.DataFrame, keys: list[str], latency: str, answered: str, errors: pl.Expr) -> pl.DataFrame:
+def latency_stats(frame: pl.DataFrame, keys: list[str], latency: str, answered: str, errors: pl.Expr) -> pl.DataFrame:
     lat = pl.col(latency).filter(pl.col(answered))
     return frame.group_by(keys).agg(
         pl.len().cast(pl.UInt32).alias("count"),
@@ -38,7 +38,7 @@ def _latency_stats(frame: pl.DataFrame, keys: list[str], latency: str, answered:
     )
 
 
-def _expected(frame: pl.DataFrame) -> pl.DataFrame:
+def expected_requests(frame: pl.DataFrame) -> pl.DataFrame:
     """Requests that expect an answer: SMB2 CANCEL never gets one (MS-SMB2 3.3.5.16) and CHANGE_NOTIFY
     waits by design; they would only inflate "unanswered"."""
     if "expects_response" in frame.columns:
@@ -51,7 +51,7 @@ def _expected(frame: pl.DataFrame) -> pl.DataFrame:
 def transactions(cap) -> pl.DataFrame:
     """The common columns of every protocol's transaction frame, stacked (requests that expect an answer)."""
     names = set(cap.frame_names())
-    frames = [_expected(cap.frame(f"{p}_transactions")).select(COMMON_NAMES)
+    frames = [expected_requests(cap.frame(f"{p}_transactions")).select(COMMON_NAMES)
               for p in PROTOCOLS if f"{p}_transactions" in names]
     frames = [f for f in frames if f.height]
     if not frames:
@@ -63,7 +63,7 @@ def service_response_times(cap) -> pl.DataFrame:
     parts = []
     tx = transactions(cap)
     if tx.height:
-        parts.append(_latency_stats(tx, ["protocol", "operation"], "latency_ns", "answered",
+        parts.append(latency_stats(tx, ["protocol", "operation"], "latency_ns", "answered",
                                     pl.col("is_error").fill_null(False)))
     names = set(cap.frame_names())
     if "smb2_transactions" in names:
@@ -76,7 +76,7 @@ def service_response_times(cap) -> pl.DataFrame:
                     else pl.lit(False)
                 label = pl.when(by_design).then(pl.lit("CHANGE_NOTIFY wait (by design)")) \
                     .otherwise(pl.lit("STATUS_PENDING wait"))
-                parts.append(_latency_stats(
+                parts.append(latency_stats(
                     pending.with_columns(pl.lit("smb2").alias("protocol"), label.alias("operation"),
                                          pl.col("pending_ns").is_not_null().alias("_done")),
                     ["protocol", "operation"], "pending_ns", "_done", pl.lit(False)))
@@ -89,7 +89,7 @@ def service_response_times(cap) -> pl.DataFrame:
         if breaks.height and lat:
             label = (pl.when(pl.col(kind).cast(pl.String).str.contains("lease")).then(pl.lit("lease break ack"))
                      .otherwise(pl.lit("oplock break ack"))) if kind else pl.lit("break ack")
-            parts.append(_latency_stats(
+            parts.append(latency_stats(
                 breaks.with_columns(pl.lit("smb2").alias("protocol"), label.alias("operation"),
                                     pl.col(lat).is_not_null().alias("_acked")),
                 ["protocol", "operation"], lat, "_acked", pl.lit(False)))
