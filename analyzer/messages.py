@@ -218,3 +218,14 @@ def udp_messages(cap, service_ports: set[int]) -> list[MessageSet]:
         ids = flows.filter(pl.col("_piece") == k).sort("_row").select("flow", "from_client")
         sets.append(MessageSet(_select(pl.concat([frame, ids], how="horizontal")), buf))
     return [s for s in sets if s.height]
+
+
+def message_sets(cap, *, udp_ports=(), tcp_framing: str | None = None, tcp_ports=()) -> list[MessageSet]:
+    """A protocol's messages: UDP datagrams to or from ``udp_ports`` and TCP messages framed with
+    ``tcp_framing`` on ``tcp_ports`` (see ``analyzer.tcp.framing``)."""
+    sets = udp_messages(cap, set(udp_ports)) if udp_ports else []
+    if tcp_framing and tcp_ports:
+        from .tcp import tcp_messages  # analyzer.tcp builds on this module
+
+        sets += tcp_messages(cap, tcp_framing, set(tcp_ports))
+    return sets

@@ -380,17 +380,13 @@ def ascii_array(text: str) -> np.ndarray:
 # --- Python side: columns out of the kernels' field vectors --------------------------------------
 
 def int_column(name: str, values: np.ndarray, dtype) -> "pl.Series":
-    """A Polars column of ``dtype`` from int64 ``values`` with :data:`NULL` as null (zero-copy into
-    Arrow, then one cast). A value the type cannot hold (a 40-bit resultCode in a hostile message)
-    becomes null rather than wrapping."""
-    import polars as pl
-    import pyarrow as pa
+    """A Polars column of ``dtype`` from int64 ``values`` with :data:`NULL` as null (zero-copy, then one
+    cast). A value the type cannot hold (a 40-bit resultCode in a hostile message) becomes null rather
+    than wrapping."""
+    from ..columns import series
 
     values = np.ascontiguousarray(values, np.int64)
-    valid = values != NULL
-    bitmap = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
-    arr = pa.Array.from_buffers(pa.int64(), values.shape[0], [bitmap, pa.py_buffer(values)])
-    return pl.Series(name, pl.from_arrow(arr)).cast(dtype, strict=False)
+    return series(name, values, values != NULL).cast(dtype, strict=False)
 
 
 def status_column(name: str, status: np.ndarray) -> "pl.Series":
@@ -564,3 +560,17 @@ def put_utf8(arena, pos, src, start, n, mode):
         pos += w
         p += 1
     return pos
+
+
+@helper
+def put_slot(buf, s, e, arena, apos, sp, k):
+    """Escape ``buf[s:e]`` (UTF-8 kept, other bytes escaped) into the arena as string slot ``k``:
+    ``sp[2k]`` its start, ``sp[2k+1]`` its length. Returns the new position, -1 when the arena is full."""
+    if apos < 0:
+        return -1
+    sp[2 * k] = apos
+    apos = put_utf8(arena, apos, buf, s, e - s, TEXT)
+    if apos < 0:
+        return -1
+    sp[2 * k + 1] = apos - sp[2 * k]
+    return apos

@@ -81,10 +81,9 @@ import pyarrow as pa
 
 from ..capture import frame_builder
 from ..columns import enum_from_codes, series
-from ..messages import MESSAGE_COLUMNS as SET_COLUMNS
-from ..messages import TRANSPORTS, MessageSet, udp_messages
+from ..messages import MESSAGE_COLUMNS as SET_COLUMNS, message_sets as shared_message_sets
+from ..messages import TRANSPORTS, MessageSet
 from ..schema import FRAMES, Column, _col
-from ..tcp import tcp_messages
 from . import dns_kernels as k
 from .common import TRANSACTION_COMMON
 from .text import arena_strings
@@ -529,7 +528,7 @@ def _tc_retries(t: pl.DataFrame, params: Params) -> pl.DataFrame:
 
 def message_sets(cap) -> list[MessageSet]:
     """DNS message sets of a capture: UDP and TCP port 53 (TCP framed by the length prefix)."""
-    return udp_messages(cap, set(UDP_PORTS)) + tcp_messages(cap, TCP_FRAMING, set(TCP_PORTS))
+    return shared_message_sets(cap, udp_ports=UDP_PORTS, tcp_framing=TCP_FRAMING, tcp_ports=TCP_PORTS)
 
 
 @frame_builder("dns_messages")

@@ -38,7 +38,7 @@ import polars as pl
 from numba import njit
 
 from ..capture import frame_builder
-from ..messages import MESSAGE_COLUMNS as SET_COLUMNS, MessageSet, udp_messages
+from ..messages import MESSAGE_COLUMNS as SET_COLUMNS, MessageSet, message_sets as shared_message_sets
 from ..schema import FRAMES, Column, _col
 from . import ber
 from .common import TRANSACTION_COMMON
@@ -413,15 +413,8 @@ def _logins(tx: pl.DataFrame, params: Params) -> pl.DataFrame:
 # --- frames ------------------------------------------------------------------------------------------
 
 def message_sets(cap) -> list[MessageSet]:
-    """Kerberos message sets of a capture: UDP/88, and TCP/88 once ``analyzer.tcp`` exists."""
-    sets = list(udp_messages(cap, UDP_PORTS))
-    try:
-        from ..tcp import tcp_messages  # type: ignore[attr-defined]
-    except ImportError:
-        tcp_messages = None
-    if tcp_messages is not None:
-        sets += list(tcp_messages(cap, TCP_FRAMING, TCP_PORTS))
-    return sets
+    """Kerberos message sets of a capture: UDP/88 and TCP/88 (record-marked)."""
+    return shared_message_sets(cap, udp_ports=UDP_PORTS, tcp_framing=TCP_FRAMING, tcp_ports=TCP_PORTS)
 
 
 @frame_builder("kerberos_messages")

@@ -9,7 +9,7 @@ from numba import njit
 
 from . import ber
 from .ber import (NULL, OK, TRUNCATED, UNEXPECTED, MISSING, TRAILING, NOT_PROTOCOL, BAD_VALUE, ARENA_FULL, TEXT,
-                  helper, read_tlv, read_tlv_partial, read_int, read_bits32, read_time, put_byte, put_int, put_utf8)
+                  helper, read_tlv, read_tlv_partial, read_int, read_bits32, read_time, put_byte, put_int, put_slot, put_utf8)
 
 PA_TGS_REQ = 1
 PA_ENC_TIMESTAMP = 2
@@ -73,19 +73,6 @@ def _explicit_int(buf, a, b, mend):
     if st != OK:
         return np.int64(0), st
     return read_int(buf, s, e)
-
-
-@helper
-def _put_string(buf, s, e, arena, apos, sp, k):
-    """Escape ``buf[s:e]`` into the arena as string slot ``k``."""
-    if apos < 0:
-        return -1
-    sp[2 * k] = apos
-    apos = put_utf8(arena, apos, buf, s, e - s, TEXT)
-    if apos < 0:
-        return -1
-    sp[2 * k + 1] = apos - sp[2 * k]
-    return apos
 
 
 @helper
@@ -194,7 +181,7 @@ def _ticket(buf, a, b, mend, f, arena, apos, sp, k_realm, k_sname):
             cs, ce, st = _explicit(buf, fs, fe, mend, ANY_STRING)
             if st != OK:
                 return apos, st
-            apos = _put_string(buf, cs, ce, arena, apos, sp, k_realm)
+            apos = put_slot(buf, cs, ce, arena, apos, sp, k_realm)
             if apos < 0:
                 return apos, ARENA_FULL
         elif t == C2:
@@ -358,7 +345,7 @@ def _req_body(buf, s, e, mend, f, arena, apos, sp):
             cs, ce, st = _explicit(buf, fs, fe, mend, ANY_STRING)
             if st != OK:
                 return apos, st
-            apos = _put_string(buf, cs, ce, arena, apos, sp, S_REALM)
+            apos = put_slot(buf, cs, ce, arena, apos, sp, S_REALM)
             if apos < 0:
                 return apos, ARENA_FULL
         elif t == C3:
@@ -480,7 +467,7 @@ def _kdc_rep(buf, s, e, mend, f, arena, apos, sp):
             cs, ce, st = _explicit(buf, fs, fe, mend, ANY_STRING)
             if st != OK:
                 return apos, st
-            apos = _put_string(buf, cs, ce, arena, apos, sp, S_CREALM)
+            apos = put_slot(buf, cs, ce, arena, apos, sp, S_CREALM)
             if apos < 0:
                 return apos, ARENA_FULL
         elif t == C4:
@@ -551,7 +538,7 @@ def _krb_error(buf, s, e, mend, f, arena, apos, sp):
             if st != OK:
                 return apos, st
             k = S_CREALM if t == C7 else (S_REALM if t == C9 else S_ETEXT)
-            apos = _put_string(buf, cs, ce, arena, apos, sp, k)
+            apos = put_slot(buf, cs, ce, arena, apos, sp, k)
             if apos < 0:
                 return apos, ARENA_FULL
         elif t == C8 or t == C10:

@@ -47,7 +47,7 @@ import numpy as np
 import polars as pl
 
 from ..capture import frame_builder
-from ..messages import MESSAGE_COLUMNS as SET_COLUMNS, MessageSet, udp_messages
+from ..messages import MESSAGE_COLUMNS as SET_COLUMNS, MessageSet, message_sets as shared_message_sets
 from ..schema import FRAMES, Column, _col
 from . import ber
 from .common import TRANSACTION_COMMON
@@ -357,15 +357,8 @@ def pair_transactions(messages: pl.DataFrame, params: Params = Params()) -> pl.D
 # --- frames ---------------------------------------------------------------------------------------------
 
 def message_sets(cap) -> list[MessageSet]:
-    """LDAP message sets of a capture: CLDAP (UDP/389), and TCP/389, 3268 once ``analyzer.tcp`` exists."""
-    sets = list(udp_messages(cap, UDP_PORTS))
-    try:
-        from ..tcp import tcp_messages  # type: ignore[attr-defined]
-    except ImportError:
-        tcp_messages = None
-    if tcp_messages is not None:
-        sets += list(tcp_messages(cap, TCP_FRAMING, TCP_PORTS))
-    return sets
+    """LDAP message sets of a capture: CLDAP (UDP/389) and TCP/389, 3268 (BER-framed)."""
+    return shared_message_sets(cap, udp_ports=UDP_PORTS, tcp_framing=TCP_FRAMING, tcp_ports=TCP_PORTS)
 
 
 @frame_builder("ldap_messages")

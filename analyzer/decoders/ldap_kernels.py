@@ -11,7 +11,7 @@ from numba import njit
 from . import ber
 from .ber import (NULL, OK, TRUNCATED, UNEXPECTED, MISSING, TRAILING, NOT_PROTOCOL, BAD_VALUE, TOO_DEEP, ARENA_FULL,
                   TEXT, FILTER_VALUE, helper, read_tlv, read_tlv_partial, read_int, read_bool, put_byte, put_int,
-                  put_utf8)
+                  put_slot, put_utf8)
 
 MAX_FILTER_DEPTH = 32  # nested and/or/not; real filters stay under 10
 _MAX_SASL_UNITS = 1 << 20
@@ -217,18 +217,6 @@ def _fail(f, status):
     if f[I_STATUS] == OK:
         f[I_STATUS] = status
     return status
-
-
-@helper
-def _put_str(buf, s, e, arena, apos, sp, k):
-    if apos < 0:
-        return -1
-    sp[2 * k] = apos
-    apos = put_utf8(arena, apos, buf, s, e - s, TEXT)
-    if apos < 0:
-        return -1
-    sp[2 * k + 1] = apos - sp[2 * k]
-    return apos
 
 
 @helper
@@ -464,11 +452,11 @@ def _result(buf, p, e, mend, f, arena, apos, sp):
     cs, ce, p, st = _expect(buf, p, e, mend, OCTETS)
     if st != OK:
         return apos, p, st
-    apos = _put_str(buf, cs, ce, arena, apos, sp, S_MATCHED)
+    apos = put_slot(buf, cs, ce, arena, apos, sp, S_MATCHED)
     cs, ce, p, st = _expect(buf, p, e, mend, OCTETS)
     if st != OK:
         return apos, p, st
-    apos = _put_str(buf, cs, ce, arena, apos, sp, S_DIAG)
+    apos = put_slot(buf, cs, ce, arena, apos, sp, S_DIAG)
     if apos < 0:
         return apos, p, ARENA_FULL
     if p < e:
@@ -505,7 +493,7 @@ def _op(buf, t, s, e, mend, f, arena, apos, sp, stk_p, stk_e, stk_t, stk_n):
         if not primitive:
             return apos, UNEXPECTED
         if num == 10:
-            apos = _put_str(buf, s, e, arena, apos, sp, S_DN)
+            apos = put_slot(buf, s, e, arena, apos, sp, S_DN)
             return apos, OK if apos >= 0 else ARENA_FULL
         if num == 16:
             v, st = read_int(buf, s, e)
@@ -524,7 +512,7 @@ def _op(buf, t, s, e, mend, f, arena, apos, sp, stk_p, stk_e, stk_t, stk_n):
         cs, ce, p, st = _expect(buf, p, e, mend, OCTETS)
         if st != OK:
             return apos, st
-        apos = _put_str(buf, cs, ce, arena, apos, sp, S_DN)
+        apos = put_slot(buf, cs, ce, arena, apos, sp, S_DN)
         if apos < 0:
             return apos, ARENA_FULL
         t2, cs, ce, st = read_tlv_partial(buf, p, e, mend)
@@ -539,7 +527,7 @@ def _op(buf, t, s, e, mend, f, arena, apos, sp, stk_p, stk_e, stk_t, stk_n):
             ms, me, q, st = _expect(buf, cs, ce, mend, OCTETS)
             if st != OK:
                 return apos, st
-            apos = _put_str(buf, ms, me, arena, apos, sp, S_MECH)
+            apos = put_slot(buf, ms, me, arena, apos, sp, S_MECH)
             if apos < 0:
                 return apos, ARENA_FULL
             f[I_CRED_LEN] = 0
@@ -554,7 +542,7 @@ def _op(buf, t, s, e, mend, f, arena, apos, sp, stk_p, stk_e, stk_t, stk_n):
         cs, ce, p, st = _expect(buf, p, e, mend, OCTETS)
         if st != OK:
             return apos, st
-        apos = _put_str(buf, cs, ce, arena, apos, sp, S_DN)
+        apos = put_slot(buf, cs, ce, arena, apos, sp, S_DN)
         if apos < 0:
             return apos, ARENA_FULL
         v, p, st = _int_field(buf, p, e, mend, ENUM)
@@ -603,7 +591,7 @@ def _op(buf, t, s, e, mend, f, arena, apos, sp, stk_p, stk_e, stk_t, stk_n):
         cs, ce, p, st = _expect(buf, p, e, mend, OCTETS)
         if st != OK:
             return apos, st
-        apos = _put_str(buf, cs, ce, arena, apos, sp, S_DN)
+        apos = put_slot(buf, cs, ce, arena, apos, sp, S_DN)
         if apos < 0:
             return apos, ARENA_FULL
         cs, ce, p, st = _expect(buf, p, e, mend, SEQ)
@@ -629,7 +617,7 @@ def _op(buf, t, s, e, mend, f, arena, apos, sp, stk_p, stk_e, stk_t, stk_n):
         cs, ce, p, st = _expect(buf, p, e, mend, OCTETS)
         if st != OK:
             return apos, st
-        apos = _put_str(buf, cs, ce, arena, apos, sp, S_DN)
+        apos = put_slot(buf, cs, ce, arena, apos, sp, S_DN)
         if apos < 0:
             return apos, ARENA_FULL
         ls, le, p, st = _expect(buf, p, e, mend, SEQ)
@@ -671,7 +659,7 @@ def _op(buf, t, s, e, mend, f, arena, apos, sp, stk_p, stk_e, stk_t, stk_n):
         cs, ce, p, st = _expect(buf, p, e, mend, OCTETS)
         if st != OK:
             return apos, st
-        apos = _put_str(buf, cs, ce, arena, apos, sp, S_DN)
+        apos = put_slot(buf, cs, ce, arena, apos, sp, S_DN)
         if apos < 0:
             return apos, ARENA_FULL
         ls, le, p, st = _expect(buf, p, e, mend, SEQ)
@@ -700,11 +688,11 @@ def _op(buf, t, s, e, mend, f, arena, apos, sp, stk_p, stk_e, stk_t, stk_n):
         cs, ce, p, st = _expect(buf, p, e, mend, OCTETS)
         if st != OK:
             return apos, st
-        apos = _put_str(buf, cs, ce, arena, apos, sp, S_DN)
+        apos = put_slot(buf, cs, ce, arena, apos, sp, S_DN)
         cs, ce, p, st = _expect(buf, p, e, mend, OCTETS)
         if st != OK:
             return apos, st
-        apos = _put_str(buf, cs, ce, arena, apos, sp, S_NEW_RDN)
+        apos = put_slot(buf, cs, ce, arena, apos, sp, S_NEW_RDN)
         if apos < 0:
             return apos, ARENA_FULL
         cs, ce, p, st = _expect(buf, p, e, mend, BOOL)
@@ -718,21 +706,21 @@ def _op(buf, t, s, e, mend, f, arena, apos, sp, stk_p, stk_e, stk_t, stk_n):
             cs, ce, p, st = _expect(buf, p, e, mend, P0)
             if st != OK:
                 return apos, st
-            apos = _put_str(buf, cs, ce, arena, apos, sp, S_NEW_SUPERIOR)
+            apos = put_slot(buf, cs, ce, arena, apos, sp, S_NEW_SUPERIOR)
             if apos < 0:
                 return apos, ARENA_FULL
     elif num == 14:  # CompareRequest §4.10
         cs, ce, p, st = _expect(buf, p, e, mend, OCTETS)
         if st != OK:
             return apos, st
-        apos = _put_str(buf, cs, ce, arena, apos, sp, S_DN)
+        apos = put_slot(buf, cs, ce, arena, apos, sp, S_DN)
         as_, ae, p, st = _expect(buf, p, e, mend, SEQ)
         if st != OK:
             return apos, st
         ts_, te, r, st = _expect(buf, as_, ae, mend, OCTETS)
         if st != OK:
             return apos, st
-        apos = _put_str(buf, ts_, te, arena, apos, sp, S_ATTRS)
+        apos = put_slot(buf, ts_, te, arena, apos, sp, S_ATTRS)
         if apos < 0:
             return apos, ARENA_FULL
         f[I_ATTR_COUNT] = 1
@@ -740,7 +728,7 @@ def _op(buf, t, s, e, mend, f, arena, apos, sp, stk_p, stk_e, stk_t, stk_n):
         cs, ce, p, st = _expect(buf, p, e, mend, P0)
         if st != OK:
             return apos, st
-        apos = _put_str(buf, cs, ce, arena, apos, sp, S_OID)
+        apos = put_slot(buf, cs, ce, arena, apos, sp, S_OID)
         if apos < 0:
             return apos, ARENA_FULL
         if p < e and _is_cancel(buf, cs, ce):  # RFC 3909: requestValue ::= SEQUENCE { cancelID MessageID }
@@ -761,7 +749,7 @@ def _op(buf, t, s, e, mend, f, arena, apos, sp, stk_p, stk_e, stk_t, stk_n):
             if st != OK:
                 return apos, st
             if t2 == P0:
-                apos = _put_str(buf, cs, ce, arena, apos, sp, S_OID)
+                apos = put_slot(buf, cs, ce, arena, apos, sp, S_OID)
                 if apos < 0:
                     return apos, ARENA_FULL
         p = e
@@ -775,7 +763,7 @@ def _op(buf, t, s, e, mend, f, arena, apos, sp, stk_p, stk_e, stk_t, stk_n):
                 return apos, st
             p = ce
             if num == 24 and t2 == P10:
-                apos = _put_str(buf, cs, ce, arena, apos, sp, S_OID)
+                apos = put_slot(buf, cs, ce, arena, apos, sp, S_OID)
                 if apos < 0:
                     return apos, ARENA_FULL
             elif not ((num == 1 and t2 == P7) or (num == 24 and t2 == P11)):

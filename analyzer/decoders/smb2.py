@@ -24,7 +24,7 @@ import polars as pl
 import pyarrow as pa
 
 from ..capture import frame_builder
-from ..messages import MESSAGE_COLUMNS as _SET_COLUMNS
+from ..messages import MESSAGE_COLUMNS as _SET_COLUMNS, message_sets as shared_message_sets
 from ..messages import MessageSet
 from ..schema import FRAMES, Column, _col
 from . import smb2_kernel as k
@@ -319,8 +319,7 @@ def decode_messages(sets: Sequence[MessageSet]) -> pl.DataFrame:
 # --- registration --------------------------------------------------------------------------------
 
 def nbss_message_sets(cap) -> list[MessageSet]:
-    from ..tcp import tcp_messages  # the TCP layer; imported late so decoding works without it
-    return tcp_messages(cap, TCP_FRAMING, set(TCP_PORTS))
+    return shared_message_sets(cap, tcp_framing=TCP_FRAMING, tcp_ports=TCP_PORTS)
 
 
 FRAMES.setdefault("smb2_messages", MESSAGE_COLUMNS)  # descriptions for ``herdscope export``
