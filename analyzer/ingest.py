@@ -19,8 +19,8 @@ from .kernels import records as rk
 from .kernels.details import ICMP_ERROR_TYPES, ICMPV6_ERROR_TYPES, icmp_quotes, sack_blocks
 from .kernels.headers import LINKTYPE_NOT_PACKET, allocate_headers, decode_headers
 from .kernels.intern import AddressTable
-from .schema import (ICMP_ERROR_COLUMNS, INTERFACE_COLUMNS, PACKET_COLUMNS, TCP_SACK_COLUMNS,
-                     ParseStatus, Present)
+from .schema import (ICMP_ERROR_COLUMNS, INTERFACE_COLUMNS, PACKET_COLUMNS, PARSE_STATUS_NAMES,
+                     TCP_SACK_COLUMNS, ParseStatus, Present)
 from .source import CaptureBytes, open_bytes
 
 DEFAULT_CHUNK_RECORDS = 1 << 20
@@ -139,8 +139,7 @@ def _chunk_frames(data: CaptureBytes, recs, n, first_frame, linktype_of, address
     buf = data.buf
     hdr = allocate_headers(n)
     decode_headers(buf, recs, n, linktype_of, hdr)
-    src_ids = addresses.intern(hdr.src_hi, hdr.src_lo, hdr.family, n)
-    dst_ids = addresses.intern(hdr.dst_hi, hdr.dst_lo, hdr.family, n)
+    src_ids, dst_ids = addresses.intern_both(hdr.src_hi, hdr.src_lo, hdr.dst_hi, hdr.dst_lo, hdr.family, n)
     frame_no = np.arange(first_frame, first_frame + n, dtype=np.uint32)
     arrays = {name: getattr(hdr, name) for name in hdr._fields}
     arrays.update(frame=frame_no, ts_ns=recs.ts_ns[:n], iface=recs.iface[:n], caplen=recs.caplen[:n],
@@ -249,8 +248,11 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
                                    for c in ("src", "dst"))
     icmp = icmp.with_columns(columns.enum_from_codes(icmp[c], address_enum).alias(c)
                              for c in ("inner_src", "inner_dst"))
-    status_counts = packets["parse_status"].value_counts()
-    report.parse_status = {str(k): int(v) for k, v in status_counts.iter_rows() if v}
+    status_counts = np.zeros(len(PARSE_STATUS_NAMES), np.int64)
+    for piece in pieces:
+        codes = piece[0]["parse_status"].to_physical().to_numpy()
+        status_counts += np.bincount(codes, minlength=len(PARSE_STATUS_NAMES))[:len(PARSE_STATUS_NAMES)]
+    report.parse_status = {name: int(v) for name, v in zip(PARSE_STATUS_NAMES, status_counts) if v}
     section = _shb_options(buf, fmt.big_endian) if fmt.kind == "pcapng" else {}
     interfaces = _interfaces_frame(fmt, buf, ifaces, int(state[rk.ST_N_IFACES]))
     tables = PacketTables(packets, sack, icmp, interfaces, report, fmt, section)

@@ -70,7 +70,7 @@ MAX_POINTERS = 128  # a 255-octet name has at most 127 labels, each ended by at 
 _ROOT = np.frombuffer(b"<Root>", dtype=np.uint8)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def read_name(buf, base, end, wire_end, pos, arena, apos):
     """Render the name at ``pos`` into ``arena`` from ``apos`` (Wireshark's ``dns.qry.name`` form:
     labels joined by '.', the root alone as ``<Root>``, unprintable bytes escaped).
@@ -134,7 +134,7 @@ def read_name(buf, base, end, wire_end, pos, arena, apos):
         pos += 1 + b
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def skip_name(buf, pos, end):
     """Position after the (possibly compressed) name at ``pos``, without following pointers, or a
     negative error: -E_TRUNCATED, -E_LABEL_TYPE, -E_NAME_TOO_LONG."""
@@ -158,7 +158,7 @@ def skip_name(buf, pos, end):
         pos += 1 + b
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _soa_minimum(buf, rd, rd_end):
     """MINIMUM of an SOA RDATA (MNAME RNAME SERIAL REFRESH RETRY EXPIRE MINIMUM), or -1."""
     p = skip_name(buf, rd, rd_end)
@@ -170,7 +170,7 @@ def _soa_minimum(buf, rd, rd_end):
     return u32be(buf, p + 16)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def decode_message(buf, base, end, wire_end, arena, apos, f):
     """Decode one message into the zeroed field vector ``f``; returns the new arena position, or
     -1 when the arena is full (nothing of this message is kept; grow and call again)."""

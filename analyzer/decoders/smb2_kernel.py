@@ -201,30 +201,30 @@ MAX_DIALECTS = 64
 # Plain (not inline="always") readers: LLVM inlines them anyway; Numba-level inlining of the ~70 call
 # sites only cost compile time (measured: no run-time difference).
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def u16le(buf, off):
     return np.int64(buf[off]) | (np.int64(buf[off + 1]) << 8)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def u32le(buf, off):
     return (np.int64(buf[off]) | (np.int64(buf[off + 1]) << 8) | (np.int64(buf[off + 2]) << 16)
             | (np.int64(buf[off + 3]) << 24))
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _u64le(buf, off):
     return (u32le(buf, off + 4) << 32) | u32le(buf, off)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _err(f, code):
     """Record the first error of a row (later ones are consequences)."""
     if f[F_DECODE_ERROR] == 0:
         f[F_DECODE_ERROR] = code
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _put_escape(arena, pos, prefix, value, digits):
     """``\\x`` + 2 or ``\\u`` + 4 hex digits. Returns the new position or -1 when full."""
     if pos + 2 + digits > arena.shape[0]:
@@ -236,7 +236,7 @@ def _put_escape(arena, pos, prefix, value, digits):
     return pos + 2 + digits
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def put_utf16le(arena, pos, src, start, n):
     """Transcode ``n`` bytes of UTF-16LE at ``src[start:]`` into UTF-8 at ``arena[pos:]``.
 
@@ -294,7 +294,7 @@ def put_utf16le(arena, pos, src, start, n):
     return pos
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def put_guid(arena, pos, src, off):
     """16 bytes as a GUID the way Wireshark prints FT_GUID (MS-DTYP 2.3.4.2: the first three
     fields little-endian): ``1f79bcfb-03c3-094c-86cc-6e8b2d018097``. -1 when the arena is full."""
@@ -313,7 +313,7 @@ def put_guid(arena, pos, src, off):
     return pos
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _string16(buf, pos, end, name_off, name_len, s, slot, arena, apos, f):
     """A UTF-16LE name at ``pos + name_off`` (offsets count from the SMB2 header, MS-SMB2 2.2.13
     NameOffset). Out of the element's bounds: ``bad offset``, the string stays null."""
@@ -333,7 +333,7 @@ def _string16(buf, pos, end, name_off, name_len, s, slot, arena, apos, f):
     return new
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _guid(buf, off, s, slot, arena, apos):
     new = put_guid(arena, apos, buf, off)
     if new < 0:
@@ -343,7 +343,7 @@ def _guid(buf, off, s, slot, arena, apos):
     return new
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _fid(f, buf, off):
     f[F_FID_PERSISTENT] = _u64le(buf, off)
     f[F_FID_VOLATILE] = _u64le(buf, off + 8)
@@ -414,7 +414,7 @@ def count_rows(buf, offset, length, wire_length):
 
 # --- commands ------------------------------------------------------------------------------------
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _create_contexts(buf, pos, end, ctx_off, ctx_len, f, s, arena, apos):
     """Walk the CREATE contexts (MS-SMB2 2.2.13.2 / 2.2.14.2): list their names, decode the lease
     (RqLs, 2.2.13.2.8 / 2.2.13.2.10 and 2.2.14.2.10 / 2.2.14.2.11)."""
@@ -487,7 +487,7 @@ def _create_contexts(buf, pos, end, ctx_off, ctx_len, f, s, arena, apos):
     return apos
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _session_tree(buf, pos, b, end, cmd, resp, status, f, s, arena, apos):
     """NEGOTIATE (2.2.3, 2.2.4), SESSION_SETUP (2.2.5, 2.2.6), TREE_CONNECT (2.2.9, 2.2.10)."""
     if cmd == 0:  # NEGOTIATE
@@ -546,7 +546,7 @@ def _session_tree(buf, pos, b, end, cmd, resp, status, f, s, arena, apos):
     return apos
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _create(buf, pos, b, end, resp, f, s, arena, apos):
     """CREATE request (MS-SMB2 2.2.13) and response (2.2.14)."""
     if resp:
@@ -578,7 +578,7 @@ def _create(buf, pos, b, end, resp, f, s, arena, apos):
     return _create_contexts(buf, pos, end, u32le(buf, b + 48), u32le(buf, b + 52), f, s, arena, apos)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _file_ops(buf, pos, b, end, cmd, resp, f, s, arena, apos):
     """CLOSE (2.2.15/16), FLUSH (2.2.17), READ (2.2.19/20), WRITE (2.2.21/22), LOCK (2.2.26),
     IOCTL (2.2.31/32), QUERY_DIRECTORY (2.2.33), CHANGE_NOTIFY (2.2.35), QUERY_INFO (2.2.37),
@@ -688,7 +688,7 @@ def _file_ops(buf, pos, b, end, cmd, resp, f, s, arena, apos):
     return apos
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _set_info_buffer(buf, pos, end, info_type, info_class, blen, boff, f, s, arena, apos):
     """The SET_INFO buffers that matter for breaks and TOCTOU (MS-FSCC 2.4): rename/link target
     (2.4.37.2 SMB2 form: FileNameLength at 16, FileName at 20), disposition (2.4.11, 2.4.12),
@@ -737,7 +737,7 @@ def _set_info_buffer(buf, pos, end, info_type, info_class, blen, boff, f, s, are
     return apos
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _oplock_break(buf, b, end, resp, ss, message_id, f, s, arena, apos):
     """The OPLOCK_BREAK forms, told apart by StructureSize (MS-SMB2 2.2.23-2.2.25): 24 oplock
     break notification / acknowledgment / response, 44 lease break notification, 36 lease break
@@ -790,7 +790,7 @@ def _oplock_break(buf, b, end, resp, ss, message_id, f, s, arena, apos):
 _RESPONSE_SIZE = np.array([65, 9, 4, 16, 4, 89, 60, 4, 17, 17, 4, 49, 4, 4, 9, 9, 9, 2, 24, 8], np.int64)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _smb2(buf, pos, end, f, s, arena, apos):
     """One SMB2 header (MS-SMB2 2.2.1.1 async / 2.2.1.2 sync) and its command body."""
     f[F_KIND] = KIND_SMB2
@@ -865,7 +865,7 @@ def _smb2(buf, pos, end, f, s, arena, apos):
     return apos  # LOGOFF, TREE_DISCONNECT, CANCEL, ECHO: nothing beyond the header
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _other(buf, start, end, kind, f):
     """The rows of messages that are not SMB2 header chains."""
     f[F_KIND] = kind

@@ -16,7 +16,7 @@ from numba import njit
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def put_escaped(arena, pos, src, start, n):
     """Copy ``src[start:start+n]`` into ``arena`` at ``pos``, escaping bytes outside printable ASCII
     (and the backslash) as ``\\xNN``. Returns the new position, or -1 when the arena is full (a -1
@@ -42,7 +42,7 @@ def put_escaped(arena, pos, src, start, n):
     return pos
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def put_byte(arena, pos, b):
     """Append one byte (the caller guarantees it is ASCII). Returns the new position or -1 if full."""
     if pos < 0 or pos >= arena.shape[0]:

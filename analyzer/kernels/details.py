@@ -15,7 +15,7 @@ ICMP_ERROR_TYPES = (3, 4, 5, 11, 12)  # unreachable, source quench, redirect, ti
 ICMPV6_ERROR_TYPES = (1, 2, 3, 4)  # unreachable, packet too big, time exceeded, parameter problem
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)  # allocates nothing: no refcounting of array args
 def sack_blocks(buf, tcp_hdr_start, tcp_hdr_end, frame, out_frame, out_block, out_left, out_right):
     """SACK option blocks of the given segments; returns the number of rows written.
 
@@ -49,7 +49,7 @@ def _u64be(buf, off):
     return (np.uint64(u32be(buf, off)) << np.uint64(32)) | np.uint64(u32be(buf, off + 4))
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)  # allocates nothing: no refcounting of array args
 def icmp_quotes(buf, start, end, hi, lo, fam, proto, sport, dport):
     """The quoted datagram's addresses, protocol and ports, for ICMP errors whose quote starts at
     ``start[j]`` and whose captured bytes end at ``end[j]``. Family 0 = quote unreadable."""

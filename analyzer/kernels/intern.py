@@ -20,7 +20,7 @@ def _slot(hi, lo, fam, mask):
     return np.int64(h & np.uint64(mask))
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)  # allocates nothing: no refcounting of array args
 def _insert(hi, lo, fam, slots, addr_hi, addr_lo, addr_fam, count):
     """Id of (hi, lo, fam), adding it if new. ``count`` is a 1-element array: ids handed out."""
     mask = slots.shape[0] - 1
@@ -40,7 +40,7 @@ def _insert(hi, lo, fam, slots, addr_hi, addr_lo, addr_fam, count):
         s = (s + 1) & mask
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)  # allocates nothing: no refcounting of array args
 def intern_pairs(hi, lo, fam, n, slots, addr_hi, addr_lo, addr_fam, count, out_ids):
     """Intern ``n`` addresses; rows with family 0 (no address) get id 0xFFFFFFFF.
 
@@ -65,7 +65,36 @@ def intern_pairs(hi, lo, fam, n, slots, addr_hi, addr_lo, addr_fam, count, out_i
             last_a = ident
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)  # allocates nothing: no refcounting of array args
+def intern_both_kernel(src_hi, src_lo, dst_hi, dst_lo, fam, n, slots, addr_hi, addr_lo, addr_fam, count,
+                       src_ids, dst_ids):
+    last_a = _EMPTY
+    last_b = _EMPTY
+    for i in range(n):
+        f = fam[i]
+        if f == 0:
+            src_ids[i] = _EMPTY
+            dst_ids[i] = _EMPTY
+            continue
+        for side in range(2):
+            h = src_hi[i] if side == 0 else dst_hi[i]
+            lo = src_lo[i] if side == 0 else dst_lo[i]
+            if last_a != _EMPTY and addr_lo[last_a] == lo and addr_hi[last_a] == h and addr_fam[last_a] == f:
+                ident = last_a
+            elif last_b != _EMPTY and addr_lo[last_b] == lo and addr_hi[last_b] == h and addr_fam[last_b] == f:
+                ident = last_b
+            else:
+                ident = _insert(h, lo, f, slots, addr_hi, addr_lo, addr_fam, count)
+            if side == 0:
+                src_ids[i] = ident
+            else:
+                dst_ids[i] = ident
+            if ident != last_a:
+                last_b = last_a
+                last_a = ident
+
+
+@njit(cache=True, _nrt=False)  # allocates nothing: no refcounting of array args
 def _rehash(slots, addr_hi, addr_lo, addr_fam, count):
     mask = slots.shape[0] - 1
     for ident in range(count):
@@ -105,6 +134,15 @@ class AddressTable:
         ids = np.empty(n, np.uint32)
         intern_pairs(hi, lo, fam, n, self.slots, self.addr_hi, self.addr_lo, self.addr_fam, self.count, ids)
         return ids
+
+    def intern_both(self, src_hi, src_lo, dst_hi, dst_lo, fam, n) -> tuple[np.ndarray, np.ndarray]:
+        """Source and destination ids in one pass: a reply's addresses are the request's swapped, so
+        the two most recent ids serve both columns."""
+        self.reserve(2 * n)
+        src_ids, dst_ids = np.empty(n, np.uint32), np.empty(n, np.uint32)
+        intern_both_kernel(src_hi, src_lo, dst_hi, dst_lo, fam, n, self.slots, self.addr_hi, self.addr_lo,
+                           self.addr_fam, self.count, src_ids, dst_ids)
+        return src_ids, dst_ids
 
     def __len__(self) -> int:
         return int(self.count[0])

@@ -168,7 +168,7 @@ def _note_ts(ts, state, counts):
     state[ST_HAVE_TS] = 1
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)  # allocates nothing: no refcounting of array args
 def walk_pcap(buf, off, big_endian, nanosecond, record_header_len, snaplen, out, state, counts):
     """Classic pcap records from ``off`` (just after the 24-byte file header, or a previous stop)."""
     end = buf.shape[0]
@@ -202,7 +202,7 @@ def walk_pcap(buf, off, big_endian, nanosecond, record_header_len, snaplen, out,
     return n, off, STOP_FULL
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)  # allocates nothing: no refcounting of array args
 def _read_idb(buf, off, blen, big_endian, ifaces, state, counts):
     if blen < 20:
         counts[SKIP_BAD_IDB] += 1
@@ -249,7 +249,7 @@ def _iface_of(local_id, state):
     return glob
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)  # allocates nothing: no refcounting of array args
 def walk_pcapng(buf, off, out, ifaces, state, counts):
     """pcapng blocks from ``off`` (a block boundary). See the module docstring for what is read."""
     end = buf.shape[0]

@@ -103,7 +103,7 @@ def _many_dupacks(n):
     return n >= 2 or n == -1
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _sack_covered(lo, hi, sk_lo, sk_hi, sk_n, d):
     """True when [lo, hi) lies inside one SACK range of direction d's scoreboard."""
     for k in range(sk_n[d]):

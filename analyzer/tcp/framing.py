@@ -38,7 +38,7 @@ NBSS_SESSION_MESSAGE = 0x00
 NBSS_KEEP_ALIVE = 0x85
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)  # allocates nothing: no refcounting of array args
 def _locate(p_start, lo, hi, x):
     """Largest k in [lo, hi) with p_start[k] <= x, or lo - 1."""
     a, b = lo, hi
@@ -51,7 +51,7 @@ def _locate(p_start, lo, hi, x):
     return a - 1
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)  # allocates nothing: no refcounting of array args
 def _byte(buf, p_start, p_avail, p_off, lo, hi, x):
     k = _locate(p_start, lo, hi, x)
     if k < lo or x >= p_avail[k]:
@@ -59,7 +59,7 @@ def _byte(buf, p_start, p_avail, p_off, lo, hi, x):
     return np.int64(buf[p_off[k] + (x - p_start[k])])
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)  # allocates nothing: no refcounting of array args
 def _read(buf, p_start, p_avail, p_off, lo, hi, x, n):
     """n bytes at x as a big-endian integer, or -1 when any is missing."""
     v = np.int64(0)
@@ -71,7 +71,7 @@ def _read(buf, p_start, p_avail, p_off, lo, hi, x, n):
     return v
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)  # allocates nothing: no refcounting of array args
 def _header(kind, buf, p_start, p_avail, p_off, lo, hi, pos):
     """(header length, body length, message offset from pos, emit) or hdr < 0 when not a header."""
     if kind == 0:  # nbss
@@ -120,7 +120,7 @@ def _header(kind, buf, p_start, p_avail, p_off, lo, hi, pos):
     return 4, v, 0, True
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)  # allocates nothing: no refcounting of array args
 def _looks_like_start(kind, buf, p_start, p_avail, p_off, lo, hi, pos):
     """A stricter test used to resynchronise: does a message plausibly start at pos?"""
     if kind == 0:

@@ -30,7 +30,7 @@ def _d(a, b):
     return x - 0x100000000 if x >= 0x80000000 else x
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)  # allocates nothing: no refcounting of array args
 def _compare(buf, a_off, b_off, n):
     diff = 0
     for k in range(n):
@@ -39,7 +39,7 @@ def _compare(buf, a_off, b_off, n):
     return diff
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)  # allocates nothing: no refcounting of array args
 def _find_piece(p_start, p_end, lo, hi, x):
     """Index of the piece among [lo, hi) (any order) that contains stream offset x, or -1."""
     for k in range(hi - 1, lo - 1, -1):
