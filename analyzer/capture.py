@@ -53,6 +53,7 @@ class Capture:
             "packets": tables.packets, "tcp_sack": tables.tcp_sack,
             "icmp_errors": tables.icmp_errors, "interfaces": tables.interfaces,
         }
+        self._memo: dict[str, object] = {}  # intermediate tables shared by builders (not frames)
         self.reports: list[tuple[str, ReadReport]] = [(self.path, tables.report)]
         self.files: list[str] = [self.path]
 
@@ -93,6 +94,13 @@ class Capture:
                 raise KeyError(f"no frame named {name!r}; known: {', '.join(self.frame_names())}")
             self._frames[name] = builder(self)
         return self._frames[name]
+
+    def memo(self, key: str, build: Callable[[], object]):
+        """An intermediate result built once per capture (e.g. the TCP payload segments every framing
+        starts from); not a frame, so export and frame_names() do not see it."""
+        if key not in self._memo:
+            self._memo[key] = build()
+        return self._memo[key]
 
     def set_frame(self, name: str, frame: pl.DataFrame) -> None:
         self._frames[name] = frame

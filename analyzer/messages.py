@@ -65,23 +65,16 @@ class MessageSet:
         return bytes(self.buf[off:off + int(self.frame["length"][row])])
 
 
-def _captured_payload(packets: pl.DataFrame) -> pl.Expr:
-    """Payload bytes actually in the file: the wire payload cut by the record's captured length."""
-    return pl.min_horizontal(pl.col("payload_len").cast(pl.Int64),
-                             pl.col("record_end") - pl.col("payload_offset")).clip(lower_bound=0)
-
-
-def _with_record_end(cap) -> pl.DataFrame:
-    # payload_offset lies inside the record, so the record's captured end is where its bytes stop:
-    # record start = payload_offset - (l2..l4 header bytes) is not stored; the captured end is
-    # payload_offset + captured payload, which the kernel bounds by caplen. We rebuild it from the
-    # wire/captured difference: bytes missing at the end of the record = wirelen - caplen.
-    p = cap.packets
-    return p.with_columns(
-        (pl.col("payload_offset") + pl.col("payload_len").cast(pl.Int64)
-         - (pl.col("wirelen").cast(pl.Int64) - pl.col("caplen").cast(pl.Int64)).clip(lower_bound=0))
-        .alias("record_end")
-    )
+def _udp_packets(cap) -> pl.DataFrame:
+    """The capture's UDP packets (whole datagrams and fragments), built once and shared by every
+    protocol's udp_messages."""
+    def build():
+        return cap.packets.filter(pl.col("ip_proto") == 17).select(
+            "frame", "ts_ns", "src", "dst", "sport", "dport", "ip_proto", "parse_status", "ip_id", "ip_flags",
+            "frag_offset",
+            "l4_hdr_len", "payload_offset", "payload_len", "payload_caplen")
+    memo = getattr(cap, "memo", None)
+    return memo("udp_packets", build) if memo else build()
 
 
 FLOW_KEY_COLUMNS = ("src", "dst", "sport", "dport")
@@ -92,8 +85,10 @@ def _flows(frame: pl.DataFrame, service_ports: set[int]) -> pl.DataFrame:
     ports = pl.Series(sorted(service_ports), dtype=pl.UInt16).implode()
     to_service = pl.col("dport").is_in(ports) & ~(pl.col("sport").is_in(ports) & (pl.col("sport") < pl.col("dport")))
     frame = frame.with_columns(to_service.alias("from_client"))
-    client = pl.when(pl.col("from_client")).then(pl.col("src").cast(pl.String)).otherwise(pl.col("dst").cast(pl.String))
-    server = pl.when(pl.col("from_client")).then(pl.col("dst").cast(pl.String)).otherwise(pl.col("src").cast(pl.String))
+    # addresses by their Enum codes (one category list per capture): no text needed for a key
+    src, dst = pl.col("src").to_physical(), pl.col("dst").to_physical()
+    client = pl.when(pl.col("from_client")).then(src).otherwise(dst)
+    server = pl.when(pl.col("from_client")).then(dst).otherwise(src)
     cport = pl.when(pl.col("from_client")).then(pl.col("sport")).otherwise(pl.col("dport"))
     sport = pl.when(pl.col("from_client")).then(pl.col("dport")).otherwise(pl.col("sport"))
     key = pl.struct(client.alias("c"), cport.alias("cp"), server.alias("s"), sport.alias("sp"))
@@ -147,7 +142,7 @@ def _reassembled_udp(cap, packets: pl.DataFrame, service_ports: set[int]):
         return None
     frags = frags.with_columns(
         pl.struct("src", "dst", "ip_id").rank("dense").cast(pl.Int64).alias("group"),
-        _captured_payload(frags).alias("captured"),
+        pl.col("payload_caplen").cast(pl.Int64).alias("captured"),
         # the first fragment's payload_offset is past the UDP header; reassemble from the UDP header
         pl.when(pl.col("frag_offset") == 0)
         .then(pl.col("payload_offset") - pl.col("l4_hdr_len").cast(pl.Int64))
@@ -192,7 +187,7 @@ def _reassembled_udp(cap, packets: pl.DataFrame, service_ports: set[int]):
 def udp_messages(cap, service_ports: set[int]) -> list[MessageSet]:
     """UDP datagrams to or from ``service_ports``: unfragmented ones over the capture buffer, and
     reassembled fragmented ones in a buffer of their own."""
-    p = _with_record_end(cap)
+    p = _udp_packets(cap)
     ports = pl.Series(sorted(service_ports), dtype=pl.UInt16).implode()
     whole = p.filter(
         (pl.col("ip_proto") == 17) & (pl.col("parse_status").is_in(["ok", "bad_l4"]))
@@ -201,7 +196,7 @@ def udp_messages(cap, service_ports: set[int]) -> list[MessageSet]:
     ).with_columns(
         pl.col("frame").alias("frame_first"), pl.col("frame").alias("frame_last"),
         pl.col("ts_ns").alias("ts_first_ns"), pl.col("ts_ns").alias("ts_last_ns"),
-        pl.col("payload_offset").alias("offset"), _captured_payload(p).alias("length"),
+        pl.col("payload_offset").alias("offset"), pl.col("payload_caplen").alias("length"),
         pl.col("payload_len").alias("wire_length"),
     )
     pieces = [(whole, cap.buf)]

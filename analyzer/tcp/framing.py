@@ -239,6 +239,22 @@ def frame_messages(kind, buf, p_dir, p_start, p_end, p_avail, p_off, p_frame, p_
             m_tl[:nm], m_all[:nm], resyncs, skipped, gave_up, used)
 
 
+def _payload_segments(cap) -> pl.DataFrame:
+    """Segments that can carry stream bytes (payload, or a SYN: it fixes the stream origin), with the
+    packet columns reassembly needs, sorted by direction then capture order. Built once per capture
+    and shared by every framing."""
+    def build():
+        seg = cap.frame("tcp_segments")
+        seg = seg.filter((pl.col("seglen") > 0) | ((pl.col("tcp_flags") & 0x02) != 0)).select(
+            "frame", "ts_ns", "conn", "from_client", "tcp_flags",
+            (pl.col("conn").cast(pl.Int64) * 2 + (~pl.col("from_client")).cast(pl.Int64)).alias("dir"))
+        # frame numbers are row positions in packets (1-based): a gather, not a join
+        cols = cap.packets.select("seq", "payload_len", "payload_caplen",
+                                  "payload_offset")[(seg["frame"].cast(pl.Int64) - 1).to_numpy()]
+        return pl.concat([seg, cols], how="horizontal").sort("dir", "frame")
+    return cap.memo("tcp_payload_segments", build)
+
+
 def tcp_messages(cap, framing: str, service_ports: set[int], *, max_copy: int | None = None) -> list[MessageSet]:
     """Messages of the TCP connections to or from ``service_ports``, framed with ``framing``."""
     kind = FRAMINGS[framing]
@@ -248,16 +264,8 @@ def tcp_messages(cap, framing: str, service_ports: set[int], *, max_copy: int | 
     wanted = conns.filter(pl.col("server_port").is_in(ports) | pl.col("client_port").is_in(ports))
     if wanted.height == 0:
         return []
-    segs = (
-        cap.frame("tcp_segments").select("frame", "conn", "from_client")
-        .join(wanted.select("conn"), on="conn", how="semi")
-        .with_columns((pl.col("conn").cast(pl.Int64) * 2 + (~pl.col("from_client")).cast(pl.Int64)).alias("dir"))
-        .sort("dir", "frame")
-    )
-    # frame numbers are row positions in packets (1-based): a gather, not a join
-    packet_cols = cap.packets.select("ts_ns", "seq", "tcp_flags", "payload_len", "payload_caplen",
-                                     "payload_offset")[(segs["frame"].cast(pl.Int64) - 1).to_numpy()]
-    segs = pl.concat([segs, packet_cols], how="horizontal")
+    conn_ids = wanted["conn"].implode()
+    segs = _payload_segments(cap).filter(pl.col("conn").is_in(conn_ids))
     if segs.height == 0:
         return []
     dirs = segs["dir"].unique().sort()
