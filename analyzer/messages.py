@@ -25,7 +25,7 @@ from .schema import Column, _col
 TRANSPORTS = pl.Enum(["udp", "tcp"])
 
 MESSAGE_COLUMNS: tuple[Column, ...] = (
-    _col("transport", object, "udp or tcp"),
+    _col("transport", object, "udp or tcp", polars=TRANSPORTS),
     _col("flow", np.uint32, "UDP: dense id of the (client, client port, server, server port) flow; "
          "TCP: the connection id of the connections frame"),
     _col("from_client", np.bool_, "sent by the client (towards the service port)"),

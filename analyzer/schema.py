@@ -156,6 +156,20 @@ FRAMES: dict[str, tuple[Column, ...]] = {
 }
 
 
+def polars_type(column: Column) -> pl.DataType:
+    """The Polars type of a schema column: its override, String for text, else from its NumPy dtype."""
+    if column.polars is not None:
+        return column.polars
+    if column.dtype is object:
+        return pl.String
+    return pl.Series(np.empty(0, column.dtype)).dtype
+
+
+def empty_frame(columns: tuple[Column, ...]) -> pl.DataFrame:
+    """A frame with these columns and no rows (what a builder returns when there is nothing)."""
+    return pl.DataFrame(schema={c.name: polars_type(c) for c in columns})
+
+
 def describe(frame: str) -> dict[str, str]:
     """Column name → one-line description for a frame (used by docs and ``export``)."""
     return {c.name: c.description for c in FRAMES[frame]}

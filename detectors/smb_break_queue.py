@@ -101,9 +101,10 @@ class Params:
 
 
 def _empty_transactions() -> pl.DataFrame:
-    from analyzer.decoders.smb2_pairing import TRANSACTION_COLUMNS, polars_type
+    from analyzer.decoders.smb2_pairing import TRANSACTION_COLUMNS
+    from analyzer.schema import empty_frame
 
-    return pl.DataFrame(schema={c.name: polars_type(c) for c in TRANSACTION_COLUMNS})
+    return empty_frame(TRANSACTION_COLUMNS)
 
 
 def _frame(capture, name: str) -> pl.DataFrame | None:

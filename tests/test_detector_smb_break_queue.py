@@ -11,7 +11,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analyzer.decoders.smb2_pairing import BREAK_COLUMNS, TRANSACTION_COLUMNS, polars_type
+from analyzer.decoders.smb2_pairing import BREAK_COLUMNS, TRANSACTION_COLUMNS
+from analyzer.schema import polars_type
 from detectors import smb_break_queue as bq
 from detectors.base import FINDINGS_SCHEMA
 from fakes import FakeCapture

@@ -15,7 +15,8 @@ import pytest
 
 from analyzer.decoders import ldap
 from analyzer.messages import TRANSPORTS
-from analyzer.decoders.smb2_pairing import TRANSACTION_COLUMNS as SMB_TX, polars_type
+from analyzer.decoders.smb2_pairing import TRANSACTION_COLUMNS as SMB_TX
+from analyzer.schema import polars_type
 from detectors import toctou as tt
 from detectors.base import FINDINGS_SCHEMA
 from fakes import FakeCapture

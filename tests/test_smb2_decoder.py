@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from analyzer.schema import polars_type
 from analyzer.decoders import smb2
 from analyzer.decoders import smb2_kernel as kern
 from analyzer.decoders.smb2_pairing import Params, break_frame, pair_transactions
@@ -771,7 +772,7 @@ def test_frames_registered_on_capture():
                           ("smb2_breaks", smb2.BREAK_COLUMNS)]:
         assert FRAMES[name] == columns
         frame = {"smb2_messages": m, "smb2_transactions": tx, "smb2_breaks": br}[name]
-        expected = {c.name: smb2.polars_type(c) for c in columns}
+        expected = {c.name: polars_type(c) for c in columns}
         for col, dtype in frame.schema.items():
             if col not in ("src", "dst"):  # the message set's address type, passed through
                 assert dtype == expected[col], (name, col, dtype, expected[col])

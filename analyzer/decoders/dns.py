@@ -83,7 +83,7 @@ from ..capture import frame_builder
 from ..columns import enum_from_codes, series
 from ..messages import MESSAGE_COLUMNS as SET_COLUMNS, message_sets as shared_message_sets
 from ..messages import TRANSPORTS, MessageSet
-from ..schema import FRAMES, Column, _col
+from ..schema import FRAMES, Column, _col, empty_frame
 from . import dns_kernels as k
 from .common import TRANSACTION_COMMON
 from .text import arena_strings
@@ -315,26 +315,12 @@ def _decode_set(ms: MessageSet) -> pl.DataFrame:
     return fr.select([c.name for c in _SET_KEPT]).hstack(columns)
 
 
-def _empty(columns: tuple[Column, ...]) -> pl.DataFrame:
-    dtypes = {"transport": TRANSPORTS, "src": pl.String, "dst": pl.String,
-              "protocol": pl.String, "client": pl.String, "server": pl.String}
-    schema = {}
-    for c in columns:
-        if c.polars is not None:
-            schema[c.name] = c.polars
-        elif c.name in dtypes:
-            schema[c.name] = dtypes[c.name]
-        else:
-            schema[c.name] = pl.Series(np.empty(0, c.dtype)).dtype
-    return pl.DataFrame(schema=schema)
-
-
 def decode_messages(sets: Sequence[MessageSet]) -> pl.DataFrame:
     """One row per DNS message of ``sets`` (columns: the message-set columns but offset/length,
     then DECODED_COLUMNS), ordered by ``frame_last`` (stream order within a frame)."""
     frames = [_decode_set(s) for s in sets if s.height]
     if not frames:
-        return _empty(_SET_KEPT + DECODED_COLUMNS)
+        return empty_frame(_SET_KEPT + DECODED_COLUMNS)
     if len({tuple(f.schema.items()) for f in frames}) > 1:  # addresses of different captures
         frames = [f.with_columns(pl.col("src", "dst").cast(pl.String)) for f in frames]
     frame = pl.concat(frames, rechunk=False) if len(frames) > 1 else frames[0]
@@ -493,7 +479,7 @@ def mark_messages(messages: pl.DataFrame, params: Params = Params()) -> pl.DataF
 def pair_transactions(messages: pl.DataFrame, params: Params = Params()) -> pl.DataFrame:
     """One row per transaction (TRANSACTION_COLUMNS), in order of the first query."""
     if messages.height == 0:
-        return _empty(TRANSACTION_COLUMNS)
+        return empty_frame(TRANSACTION_COLUMNS)
     return _transactions(messages, _pair(messages, params), params)
 
 

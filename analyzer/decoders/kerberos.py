@@ -39,7 +39,7 @@ from numba import njit
 
 from ..capture import frame_builder
 from ..messages import MESSAGE_COLUMNS as SET_COLUMNS, MessageSet, message_sets as shared_message_sets
-from ..schema import FRAMES, Column, _col
+from ..schema import FRAMES, Column, _col, empty_frame, polars_type
 from . import ber
 from .common import TRANSACTION_COMMON
 from .kerberos_kernels import (  # noqa: F401  (the kernels and their field layout)
@@ -208,21 +208,6 @@ def _kernel(ms: MessageSet):
     return np.arange(n, dtype=np.int64), ints, spans, arena[:used]
 
 
-def _polars_type(c: Column):
-    if c.polars is not None:
-        return c.polars
-    if c.name == "transport":
-        from ..messages import TRANSPORTS
-        return TRANSPORTS
-    if c.dtype is object:
-        return pl.String
-    return pl.from_numpy(np.zeros(1, c.dtype)).to_series().dtype
-
-
-def _empty(columns) -> pl.DataFrame:
-    return pl.DataFrame(schema={c.name: _polars_type(c) for c in columns})
-
-
 _INT_COLUMNS = {  # column -> (field, dtype)
     "msg_type": (I_MSG_TYPE, pl.Int32), "pvno": (I_PVNO, pl.Int32), "nonce": (I_NONCE, pl.Int64),
     "preauth": (I_PREAUTH, pl.Boolean), "preauth_etype": (I_PREAUTH_ETYPE, pl.Int32),
@@ -238,7 +223,7 @@ def decode_messages(sets: list[MessageSet]) -> pl.DataFrame:
     one row per message, in time order."""
     sets = [ms for ms in sets if ms.height]
     if not sets:
-        return _empty(MESSAGE_COLUMNS)
+        return empty_frame(MESSAGE_COLUMNS)
     base, ints, spans, arena = ber.stack_sets(sets, [_kernel(ms) for ms in sets])
     decoded = pl.DataFrame([
         ber.int_column("message", ints[I_APP], pl.Int64)
@@ -320,7 +305,7 @@ def pair_transactions(messages: pl.DataFrame, params: Params = Params()) -> pl.D
     req = m.filter(pl.col("message").is_in(_REQUEST_KINDS)).sort("ts_last_ns", "_row")
     resp = m.filter(pl.col("message").is_in(["AS-REP", "TGS-REP", "KRB-ERROR"])).sort("ts_last_ns", "_row")
     if req.height == 0:
-        return _empty(TRANSACTION_COLUMNS)
+        return empty_frame(TRANSACTION_COLUMNS)
     req = req.with_row_index("_req")
     resp = resp.with_row_index("_resp")
     # UDP flow ids and TCP connection ids are separate numberings: key flows by transport too
@@ -372,7 +357,7 @@ def pair_transactions(messages: pl.DataFrame, params: Params = Params()) -> pl.D
     )
     tx = _logins(tx, params)
     return tx.sort("request_ts_ns", "request_frame").select(
-        [pl.col(c.name).cast(_polars_type(c)) if c.name not in ("client", "server", "transport") else pl.col(c.name)
+        [pl.col(c.name).cast(polars_type(c)) if c.name not in ("client", "server", "transport") else pl.col(c.name)
          for c in TRANSACTION_COLUMNS])
 
 

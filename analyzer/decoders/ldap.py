@@ -48,7 +48,7 @@ import polars as pl
 
 from ..capture import frame_builder
 from ..messages import MESSAGE_COLUMNS as SET_COLUMNS, MessageSet, message_sets as shared_message_sets
-from ..schema import FRAMES, Column, _col
+from ..schema import FRAMES, Column, _col, empty_frame, polars_type
 from . import ber
 from .common import TRANSACTION_COMMON
 from .ldap_kernels import (  # noqa: F401  (the kernels and their field layout)
@@ -201,21 +201,6 @@ class Params:
 
 # --- Python side ------------------------------------------------------------------------------------
 
-def _polars_type(c: Column):
-    if c.polars is not None:
-        return c.polars
-    if c.name == "transport":
-        from ..messages import TRANSPORTS
-        return TRANSPORTS
-    if c.dtype is object:
-        return pl.String
-    return pl.from_numpy(np.zeros(1, c.dtype)).to_series().dtype
-
-
-def _empty(columns) -> pl.DataFrame:
-    return pl.DataFrame(schema={c.name: _polars_type(c) for c in columns})
-
-
 def _kernel(ms: MessageSet):
     offsets = ms.frame["offset"].to_numpy().astype(np.int64)
     lengths = ms.frame["length"].to_numpy().astype(np.int64)
@@ -268,7 +253,7 @@ def decode_messages(sets: list[MessageSet]) -> pl.DataFrame:
     LDAPMessage (or per opaque / undecodable framed message), in time order."""
     sets = [ms for ms in sets if ms.height]
     if not sets:
-        return _empty(MESSAGE_COLUMNS)
+        return empty_frame(MESSAGE_COLUMNS)
     base, ints, spans, arena = ber.stack_sets(sets, [_kernel(ms) for ms in sets])
     decoded = pl.DataFrame([
         *[ber.int_column(name, ints[k], dtype) for name, (k, dtype) in _INT_COLUMNS.items()],
@@ -292,7 +277,7 @@ def pair_transactions(messages: pl.DataFrame, params: Params = Params()) -> pl.D
         .with_row_index("_row")
     req = m.filter(pl.col("op_code").is_in(list(REQUEST_OPS))).sort("ts_last_ns", "_row")
     if req.height == 0:
-        return _empty(TRANSACTION_COLUMNS)
+        return empty_frame(TRANSACTION_COLUMNS)
     req = req.with_row_index("_req")
     resp = m.filter(~pl.col("op_code").is_in(list(REQUEST_OPS)))
     # CLDAP flow ids and TCP connection ids are separate numberings: key by transport too
@@ -350,7 +335,7 @@ def pair_transactions(messages: pl.DataFrame, params: Params = Params()) -> pl.D
         pl.col("abandon_frame").is_not_null().alias("abandoned"),
     )
     return tx.sort("request_ts_ns", "request_frame").select(
-        [pl.col(c.name).cast(_polars_type(c)) if c.name not in ("client", "server", "transport")
+        [pl.col(c.name).cast(polars_type(c)) if c.name not in ("client", "server", "transport")
          else pl.col(c.name) for c in TRANSACTION_COLUMNS])
 
 

@@ -26,11 +26,11 @@ import pyarrow as pa
 from ..capture import frame_builder
 from ..messages import MESSAGE_COLUMNS as _SET_COLUMNS, message_sets as shared_message_sets
 from ..messages import MessageSet
-from ..schema import FRAMES, Column, _col
+from ..schema import FRAMES, Column, _col, empty_frame
 from . import smb2_kernel as k
 from . import smb2_tables as t
 from .ntstatus import code_names, status_names
-from .smb2_pairing import BREAK_COLUMNS, TRANSACTION_COLUMNS, Params, break_frame, pair_transactions, polars_type
+from .smb2_pairing import BREAK_COLUMNS, TRANSACTION_COLUMNS, Params, break_frame, pair_transactions
 from .text import arena_strings
 
 __all__ = ["BREAK_COLUMNS", "MESSAGE_COLUMNS", "TRANSACTION_COLUMNS", "TCP_FRAMING", "TCP_PORTS", "UDP_PORTS",
@@ -173,7 +173,7 @@ _UINT64_FIELDS = set(k._U64)
 
 
 def empty_messages() -> pl.DataFrame:
-    return pl.DataFrame(schema={c.name: polars_type(c) for c in MESSAGE_COLUMNS})
+    return empty_frame(MESSAGE_COLUMNS)
 
 
 def _session_messages(ms: MessageSet) -> pl.DataFrame:

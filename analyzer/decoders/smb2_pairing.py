@@ -29,8 +29,7 @@ import numpy as np
 import polars as pl
 from numba import njit
 
-from ..messages import TRANSPORTS
-from ..schema import Column, _col
+from ..schema import Column, _col, polars_type
 from . import smb2_tables as t
 from .common import TRANSACTION_COMMON
 from .ntstatus import STATUS_PENDING, status_is_error, status_names
@@ -168,21 +167,6 @@ def _asof_join(left: pl.DataFrame, right: pl.DataFrame, **kwargs) -> pl.DataFram
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Sortedness of columns cannot be checked")
         return left.join_asof(right, **kwargs)
-
-
-_POLARS_INT = {np.uint8: pl.UInt8, np.uint16: pl.UInt16, np.uint32: pl.UInt32, np.int64: pl.Int64,
-               np.uint64: pl.UInt64, np.bool_: pl.Boolean}
-
-
-def polars_type(c: Column) -> pl.DataType:
-    """The Polars type of a schema column of the SMB2 frames."""
-    if c.polars is not None:
-        return c.polars
-    if c.name == "transport":
-        return TRANSPORTS
-    if c.dtype is object:
-        return pl.String
-    return _POLARS_INT[c.dtype]
 
 
 def _schema(columns) -> dict[str, pl.DataType]:
