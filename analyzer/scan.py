@@ -4,7 +4,8 @@ Output formats (``--format``):
 
 - ``table`` (default): a capture summary, then findings grouped by severity, each with its explanation,
   time window, who and what, the measured value against its threshold, the evidence frames and the
-  Wireshark display filter that shows them.
+  Wireshark command that shows them; low and informational findings one line each (at most 10 per
+  detector and kind).
 - ``json``: one document ``{"herdscope": VERSION, "captures": [CAPTURE...], "findings": [FINDING...]}``.
 - ``ndjson``: one FINDING object per line (nothing else), for log pipelines.
 - ``parquet``: the findings frame (``--output`` required).
@@ -122,6 +123,25 @@ def _num(x) -> str:
     return "n/a" if x is None else f"{x:g}"
 
 
+COMPACT_PER_KIND = 10  # low/informational findings listed per detector and kind in the table
+
+
+def _compact(console, group: list[dict]) -> None:
+    """Low and informational findings: one line each, at most COMPACT_PER_KIND per detector and kind
+    (every finding is in the JSON/NDJSON/Parquet outputs)."""
+    from rich.markup import escape as esc
+
+    kinds: dict[tuple, list[dict]] = {}
+    for r in group:
+        kinds.setdefault((r["detector"], r["kind"]), []).append(r)
+    for (detector, kind), rows in kinds.items():
+        for r in rows[:COMPACT_PER_KIND]:
+            console.print(f"  {esc(detector)}/{esc(kind)} {r['start_time']}: {esc(r['explanation'])}", highlight=False)
+        if len(rows) > COMPACT_PER_KIND:
+            console.print(f"  [dim]... and {len(rows) - COMPACT_PER_KIND} more {esc(detector)}/{esc(kind)} "
+                          f"(--format json lists them all)[/dim]")
+
+
 def render_table(results: list[tuple[dict, list[dict]]], fail_on: str, console=None) -> None:
     from rich.markup import escape as esc
     from rich.panel import Panel
@@ -145,6 +165,9 @@ def render_table(results: list[tuple[dict, list[dict]]], fail_on: str, console=N
             if not group:
                 continue
             console.rule(f"[{colours[severity]}]{severity} ({len(group)})")
+            if SEVERITIES.index(severity) < SEVERITIES.index("medium"):
+                _compact(console, group)
+                continue
             for r in group:
                 who = " ".join(x for x in (
                     f"client {r['client']}" if r["client"] else (f"{r['clients']} clients" if r["clients"] else ""),
