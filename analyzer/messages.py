@@ -100,7 +100,7 @@ def _select(frame: pl.DataFrame) -> pl.DataFrame:
         pl.lit("udp").cast(TRANSPORTS).alias("transport"), "flow", "from_client", "src", "dst", "sport", "dport",
         "frame_first", "frame_last", "ts_first_ns", "ts_last_ns", "offset",
         pl.col("length").cast(pl.UInt32), pl.col("wire_length").cast(pl.UInt32),
-        (pl.col("length") == pl.col("wire_length")).alias("complete"),
+        pl.col("complete") if "complete" in frame.columns else (pl.col("length") == pl.col("wire_length")).alias("complete"),
     )
 
 
@@ -111,13 +111,16 @@ def _assemble(buf, order, group_start, frag_offset, payload_offset, captured, wi
     into ``out`` at ``out_start[g]``; first copy wins on overlap; stop at the first hole."""
     for g in range(group_start.shape[0] - 1):
         base = out_start[g]
-        filled = 0  # contiguous bytes from offset 0
+        # the datagram's length comes from its last fragment (MF clear), wherever that lies
         total = -1
         for k in range(group_start[g], group_start[g + 1]):
             r = order[k]
-            off = np.int64(frag_offset[r])
             if not more[r]:
-                total = off + np.int64(wire_len[r])
+                total = np.int64(frag_offset[r]) + np.int64(wire_len[r])
+        filled = 0  # contiguous bytes from offset 0
+        for k in range(group_start[g], group_start[g + 1]):
+            r = order[k]
+            off = np.int64(frag_offset[r])
             if off > filled:
                 break  # a hole: the bytes after it cannot be placed in a contiguous message
             have = np.int64(captured[r])
@@ -175,7 +178,7 @@ def _reassembled_udp(cap, packets: pl.DataFrame, service_ports: set[int]):
               ((frags["ip_flags"].to_numpy() & 1) == 1), out, out_start, out_len, out_wire, out_complete)
     datagrams = groups.with_columns(
         pl.Series("offset", out_start + 8), pl.Series("length", np.maximum(out_len - 8, 0)),
-        pl.Series("wire_length", np.maximum(out_wire - 8, 0)),
+        pl.Series("wire_length", np.maximum(out_wire - 8, 0)), pl.Series("complete", out_complete),
     ).join(heads.select("group", "src", "dst", "sport", "dport"), on="group", how="inner")
     ports = pl.Series(sorted(service_ports), dtype=pl.UInt16).implode()
     datagrams = datagrams.filter(pl.col("sport").is_in(ports) | pl.col("dport").is_in(ports))
