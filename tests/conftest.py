@@ -32,3 +32,25 @@ def read_capture(tmp_path):
     yield read
     for cap in opened:
         cap.close()
+
+
+@pytest.fixture(scope="session")
+def synthetic_capture(tmp_path_factory):
+    """``samples/synth.py --packets 200000 --seed 3``, generated once per session (its labels are in
+    ``<path>.labels.json``). For the slow tests that check detectors find the synthetic pathologies."""
+    import subprocess
+    from pathlib import Path
+
+    out = tmp_path_factory.mktemp("synth") / "synth-200k-s3.pcap"
+    root = Path(__file__).parent.parent
+    subprocess.run([sys.executable, str(root / "samples" / "synth.py"), "--packets", "200000", "--seed", "3",
+                    "--out", str(out), "--quiet"], check=True, capture_output=True, timeout=600)
+    return out
+
+
+def synthetic_labels(path, detector: str) -> list[dict]:
+    """The labels of one detector in a synthetic capture's label file."""
+    import json
+    from pathlib import Path
+
+    return [x for x in json.loads(Path(str(path) + ".labels.json").read_text()) if x["detector"] == detector]

@@ -2,12 +2,11 @@
 near-misses stay quiet), on a scripted pcap for the TCP-only count, and on the labelled churn of the
 synthetic benchmark capture (slow)."""
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import polars as pl
 import pytest
+from conftest import synthetic_labels
 
 from builders import handshake, tcp_conversation
 from detectors import conn_churn
@@ -235,23 +234,12 @@ def test_never_raises_on_the_corpus():
         assert f.schema == FINDINGS_SCHEMA, row["file"]
 
 
-def synthetic_capture(tmp_path_factory) -> Path:
-    """The 1M-packet benchmark capture when it was generated (.bench/), else a 200k one made here."""
-    bench = sorted((ROOT / ".bench").glob("synth-*.pcap"))
-    if bench:
-        return bench[0]
-    out = tmp_path_factory.mktemp("synth") / "s.pcap"
-    subprocess.run([sys.executable, str(ROOT / "samples" / "synth.py"), "--packets", "200000", "--seed", "3",
-                    "--out", str(out)], check=True, capture_output=True)
-    return out
-
-
 @pytest.mark.slow
-def test_synthetic_capture_labelled_churn_is_found(tmp_path_factory):
+def test_synthetic_capture_labelled_churn_is_found(synthetic_capture):
     from analyzer import open_capture
 
-    path = synthetic_capture(tmp_path_factory)
-    labels = [x for x in json.loads(Path(str(path) + ".labels.json").read_text()) if x["detector"] == "conn_churn"]
+    path = synthetic_capture
+    labels = synthetic_labels(path, "conn_churn")
     with open_capture(path) as cap:
         f = conn_churn.detect(cap, conn_churn.Params())
     assert labels

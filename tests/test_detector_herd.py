@@ -207,30 +207,18 @@ def test_nothing_to_do():
 _SYNTH: dict = {}
 
 
-def synthetic_findings(tmp_dir, detectors=("herd", "retry_storm")):
-    """Generate ``samples/synth.py --packets 200000 --seed 3`` once per session and run the detectors
-    on it: (findings, labels)."""
+def synthetic_findings(capture_path, detectors=("herd", "retry_storm")):
+    """Run the detectors once per session on the synthetic capture: (findings, labels, frame names)."""
     import json
-    import subprocess
-    import sys
     from pathlib import Path
 
     from analyzer import open_capture
 
     if "out" not in _SYNTH:
-        root = Path(__file__).parent.parent
-        out = Path(tmp_dir) / "synth-200k-s3.pcap"
-        subprocess.run([sys.executable, str(root / "samples" / "synth.py"), "--packets", "200000", "--seed", "3",
-                        "--out", str(out)], check=True, capture_output=True)
-        for name in ("kerberos", "ldap", "smb2"):  # decoders not registered yet are loaded when present
-            try:
-                __import__(f"analyzer.decoders.{name}")
-            except ImportError:
-                pass
-        with open_capture(out) as cap:
+        with open_capture(capture_path) as cap:
             names = set(cap.frame_names())
-            _SYNTH["out"] = (run(cap, only=list(detectors)), json.loads(Path(str(out) + ".labels.json").read_text()),
-                             names)
+            _SYNTH["out"] = (run(cap, only=list(detectors)),
+                             json.loads(Path(str(capture_path) + ".labels.json").read_text()), names)
     return _SYNTH["out"]
 
 
@@ -242,8 +230,8 @@ def label_found(findings: pl.DataFrame, label: dict) -> pl.DataFrame:
 
 
 @pytest.mark.slow
-def test_synthetic_herd_labels_are_found(tmp_path_factory):
-    findings, labels, frames = synthetic_findings(tmp_path_factory.mktemp("synth"))
+def test_synthetic_herd_labels_are_found(synthetic_capture):
+    findings, labels, frames = synthetic_findings(synthetic_capture)
     checked = 0
     for label in labels:
         if label["detector"] != "herd" or f"{label['protocol']}_transactions" not in frames:

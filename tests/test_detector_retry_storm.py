@@ -293,9 +293,9 @@ def test_nothing_to_do_and_registry():
 
 
 @pytest.mark.slow
-def test_synthetic_retry_storm_label_is_found(tmp_path_factory):
+def test_synthetic_retry_storm_label_is_found(synthetic_capture):
     from test_detector_herd import label_found, synthetic_findings
-    findings, labels, frames = synthetic_findings(tmp_path_factory.mktemp("synth"))
+    findings, labels, frames = synthetic_findings(synthetic_capture)
     storms = [lb for lb in labels if lb["detector"] == "retry_storm"]
     assert storms
     for label in storms:

@@ -3,13 +3,11 @@ habit: a few rows, lowered thresholds where it helps, an expected finding or non
 synthetic capture's labelled break queue (slow)."""
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import polars as pl
 import pytest
+from conftest import synthetic_labels
 
 from analyzer.decoders.smb2_pairing import BREAK_COLUMNS, TRANSACTION_COLUMNS
 from analyzer.schema import polars_type
@@ -257,14 +255,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
-def test_synthetic_break_queue_label_is_found(tmp_path):
+def test_synthetic_break_queue_label_is_found(synthetic_capture):
     from analyzer import open_capture
 
-    out = tmp_path / "synth.pcap"
-    r = subprocess.run([sys.executable, str(ROOT / "samples" / "synth.py"), "--packets", "200000", "--seed", "3",
-                        "--out", str(out)], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr
-    labels = [x for x in json.loads(Path(str(out) + ".labels.json").read_text()) if x["detector"] == bq.NAME]
+    out = synthetic_capture
+    labels = synthetic_labels(out, bq.NAME)
     assert labels
     with open_capture(out) as cap:
         f = bq.detect(cap, bq.Params())

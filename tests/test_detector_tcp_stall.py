@@ -5,13 +5,11 @@ The conversations are byte-exact pcaps (tests/builders.py) run through herdscope
 resulting frames go into a FakeCapture so that the timestamp resolution can be set per test.
 """
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import polars as pl
 import pytest
+from conftest import synthetic_labels
 
 from builders import handshake, opt_mss, tcp_conversation
 from detectors import tcp_stall
@@ -312,23 +310,12 @@ def test_never_raises_on_the_corpus():
 
 # -- the synthetic benchmark capture ---------------------------------------------------------------
 
-def synthetic_capture(tmp_path_factory) -> Path:
-    """The 1M-packet benchmark capture when it was generated (.bench/), else a 200k one made here."""
-    bench = sorted((ROOT / ".bench").glob("synth-*.pcap"))
-    if bench:
-        return bench[0]
-    out = tmp_path_factory.mktemp("synth") / "s.pcap"
-    subprocess.run([sys.executable, str(ROOT / "samples" / "synth.py"), "--packets", "200000", "--seed", "3",
-                    "--out", str(out)], check=True, capture_output=True)
-    return out
-
-
 @pytest.mark.slow
-def test_synthetic_capture_labelled_stall_is_found(tmp_path_factory):
+def test_synthetic_capture_labelled_stall_is_found(synthetic_capture):
     from analyzer import open_capture
 
-    path = synthetic_capture(tmp_path_factory)
-    labels = [x for x in json.loads(Path(str(path) + ".labels.json").read_text()) if x["detector"] == "tcp_stall"]
+    path = synthetic_capture
+    labels = synthetic_labels(path, "tcp_stall")
     with open_capture(path) as cap:
         f = tcp_stall.detect(cap, tcp_stall.Params())
     assert labels

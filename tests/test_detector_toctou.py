@@ -3,15 +3,13 @@ conflict the server caught), near misses, probability-only windows, resolution a
 plus the synthetic capture's labelled check-then-use window (slow)."""
 from __future__ import annotations
 
-import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
+from conftest import synthetic_labels
 
 from analyzer.decoders import ldap
 from analyzer.messages import TRANSPORTS
@@ -389,14 +387,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
-def test_synthetic_toctou_label_is_found(tmp_path):
+def test_synthetic_toctou_label_is_found(synthetic_capture):
     from analyzer import open_capture
 
-    out = tmp_path / "synth.pcap"
-    r = subprocess.run([sys.executable, str(ROOT / "samples" / "synth.py"), "--packets", "200000", "--seed", "3",
-                        "--out", str(out)], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr
-    labels = [x for x in json.loads(Path(str(out) + ".labels.json").read_text()) if x["detector"] == tt.NAME]
+    out = synthetic_capture
+    labels = synthetic_labels(out, tt.NAME)
     assert labels
     with open_capture(out) as cap:
         f = tt.detect(cap, tt.Params())
