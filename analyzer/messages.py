@@ -47,6 +47,10 @@ MESSAGE_COLUMNS: tuple[Column, ...] = (
 )
 
 
+# The message-set columns every decoder's message frame keeps (offset and length only locate bytes).
+KEPT_COLUMNS: tuple[Column, ...] = tuple(c for c in MESSAGE_COLUMNS if c.name not in ("offset", "length"))
+
+
 @dataclass
 class MessageSet:
     """Messages (``frame``, columns as MESSAGE_COLUMNS) and the bytes their offsets index."""

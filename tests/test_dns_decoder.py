@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import builders as b
+from analyzer.messages import KEPT_COLUMNS
 from analyzer import open_capture
 from analyzer.decoders import dns
 from analyzer.decoders import dns_kernels as k
@@ -372,7 +373,7 @@ def test_one_row_per_message_in_frame_order_and_schema():
     assert frame.height == 6
     assert frame["frame_last"].to_list() == [6, 7, 8, 9, 10, 20]
     assert frame["id"].to_list() == [4, 3, 2, 1, 0, None]
-    assert frame.columns == [c.name for c in dns._SET_KEPT + dns.DECODED_COLUMNS]
+    assert frame.columns == [c.name for c in KEPT_COLUMNS + dns.DECODED_COLUMNS]
     marked = dns.mark_messages(frame)
     assert marked.columns == [c.name for c in dns.MESSAGE_COLUMNS]
     assert marked.schema["decode_error"] == dns.DECODE_ERROR_ENUM
@@ -415,7 +416,7 @@ def test_offsets_outside_the_buffer_are_rejected():
 
 def test_empty():
     frame = dns.decode_messages([])
-    assert frame.height == 0 and frame.columns == [c.name for c in dns._SET_KEPT + dns.DECODED_COLUMNS]
+    assert frame.height == 0 and frame.columns == [c.name for c in KEPT_COLUMNS + dns.DECODED_COLUMNS]
     assert dns.mark_messages(frame).columns == [c.name for c in dns.MESSAGE_COLUMNS]
     t = dns.pair_transactions(dns.mark_messages(frame))
     assert t.height == 0 and t.columns == [c.name for c in dns.TRANSACTION_COLUMNS]

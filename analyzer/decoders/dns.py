@@ -81,7 +81,7 @@ import pyarrow as pa
 
 from ..capture import frame_builder
 from ..columns import enum_from_codes, series
-from ..messages import MESSAGE_COLUMNS as SET_COLUMNS, message_sets as shared_message_sets
+from ..messages import KEPT_COLUMNS, message_sets as shared_message_sets
 from ..messages import TRANSPORTS, MessageSet
 from ..schema import FRAMES, Column, _col, empty_frame
 from . import dns_kernels as k
@@ -193,8 +193,7 @@ PAIRING_COLUMNS: tuple[Column, ...] = (
          "than the timeout; null for queries"),
 )
 
-_SET_KEPT = tuple(c for c in SET_COLUMNS if c.name not in ("offset", "length"))
-MESSAGE_COLUMNS: tuple[Column, ...] = _SET_KEPT + DECODED_COLUMNS + PAIRING_COLUMNS
+MESSAGE_COLUMNS: tuple[Column, ...] = KEPT_COLUMNS + DECODED_COLUMNS + PAIRING_COLUMNS
 
 TRANSACTION_COLUMNS: tuple[Column, ...] = TRANSACTION_COMMON + (
     _col("id", np.uint16, "ID of the query (RFC 1035 §4.1.1)"),
@@ -312,7 +311,7 @@ def _decode_set(ms: MessageSet) -> pl.DataFrame:
         enum_from_codes(series("decode_error", (error.astype(np.int64) - 1).clip(0).astype(np.uint32), error > 0),
                         DECODE_ERROR_ENUM),
     ]
-    return fr.select([c.name for c in _SET_KEPT]).hstack(columns)
+    return fr.select([c.name for c in KEPT_COLUMNS]).hstack(columns)
 
 
 def decode_messages(sets: Sequence[MessageSet]) -> pl.DataFrame:
@@ -320,7 +319,7 @@ def decode_messages(sets: Sequence[MessageSet]) -> pl.DataFrame:
     then DECODED_COLUMNS), ordered by ``frame_last`` (stream order within a frame)."""
     frames = [_decode_set(s) for s in sets if s.height]
     if not frames:
-        return empty_frame(_SET_KEPT + DECODED_COLUMNS)
+        return empty_frame(KEPT_COLUMNS + DECODED_COLUMNS)
     if len({tuple(f.schema.items()) for f in frames}) > 1:  # addresses of different captures
         frames = [f.with_columns(pl.col("src", "dst").cast(pl.String)) for f in frames]
     frame = pl.concat(frames, rechunk=False) if len(frames) > 1 else frames[0]

@@ -38,7 +38,7 @@ import polars as pl
 from numba import njit
 
 from ..capture import frame_builder
-from ..messages import MESSAGE_COLUMNS as SET_COLUMNS, MessageSet, message_sets as shared_message_sets
+from ..messages import KEPT_COLUMNS, MessageSet, message_sets as shared_message_sets
 from ..schema import FRAMES, Column, _col, empty_frame, polars_type
 from . import ber
 from .common import TRANSACTION_COMMON
@@ -100,9 +100,8 @@ PREAUTH_PADATA = {2: "PA-ENC-TIMESTAMP", 14: "PA-PK-AS-REQ_OLD", 16: "PA-PK-AS-R
                   136: "PA-FX-FAST", 138: "PA-ENCRYPTED-CHALLENGE"}
 
 # --- columns -------------------------------------------------------------------------------------
-_SET_KEEP = tuple(c for c in SET_COLUMNS if c.name not in ("offset", "length"))
 
-MESSAGE_COLUMNS: tuple[Column, ...] = _SET_KEEP + (
+MESSAGE_COLUMNS: tuple[Column, ...] = KEPT_COLUMNS + (
     _col("message", object, "message kind from the [APPLICATION n] tag (RFC 4120 §5.10): AS-REQ, AS-REP, "
          "TGS-REQ, TGS-REP, AP-REQ, AP-REP, KRB-SAFE, KRB-PRIV, KRB-CRED, KRB-ERROR", polars=MESSAGE_ENUM),
     _col("msg_type", np.int32, "msg-type field (RFC 4120 §5.4.1, §7.5.7); tshark kerberos.msg_type"),

@@ -47,7 +47,7 @@ import numpy as np
 import polars as pl
 
 from ..capture import frame_builder
-from ..messages import MESSAGE_COLUMNS as SET_COLUMNS, MessageSet, message_sets as shared_message_sets
+from ..messages import KEPT_COLUMNS, MessageSet, message_sets as shared_message_sets
 from ..schema import FRAMES, Column, _col, empty_frame, polars_type
 from . import ber
 from .common import TRANSACTION_COMMON
@@ -111,9 +111,8 @@ OPAQUE_REASONS = {1: "tls", 2: "sasl", 3: "sasl-sealed"}
 OPAQUE_ENUM = pl.Enum(list(OPAQUE_REASONS.values()))
 
 # --- columns -------------------------------------------------------------------------------------
-_SET_KEEP = tuple(c for c in SET_COLUMNS if c.name not in ("offset", "length"))
 
-MESSAGE_COLUMNS: tuple[Column, ...] = _SET_KEEP + (
+MESSAGE_COLUMNS: tuple[Column, ...] = KEPT_COLUMNS + (
     _col("unit", np.uint32, "index of this row among the rows of its framed message (several LDAPMessages "
          "in one SASL buffer or CLDAP datagram)"),
     _col("sasl", np.bool_, "carried in a SASL buffer (RFC 4422 §3.7) whose integrity-only GSS-API token was "

@@ -24,7 +24,7 @@ import polars as pl
 import pyarrow as pa
 
 from ..capture import frame_builder
-from ..messages import MESSAGE_COLUMNS as _SET_COLUMNS, message_sets as shared_message_sets
+from ..messages import KEPT_COLUMNS, MESSAGE_COLUMNS as _SET_COLUMNS, message_sets as shared_message_sets
 from ..messages import MessageSet
 from ..schema import FRAMES, Column, _col, empty_frame
 from . import smb2_kernel as k
@@ -40,9 +40,8 @@ TCP_PORTS = (445, 139)
 UDP_PORTS: tuple[int, ...] = ()
 TCP_FRAMING = "nbss"
 
-_SET_KEEP = tuple(c for c in _SET_COLUMNS if c.name not in ("offset", "length"))
 
-MESSAGE_COLUMNS: tuple[Column, ...] = _SET_KEEP + (
+MESSAGE_COLUMNS: tuple[Column, ...] = KEPT_COLUMNS + (
     _col("message", np.uint32, "ordinal of the NBSS message (RFC 1002 4.3.1) in this frame: the rows of "
          "one compound share it"),
     _col("chain_index", np.uint32, "position of this SMB2 header in its compound chain, 0-based "
@@ -249,7 +248,7 @@ def _rows_frame(frame: pl.DataFrame, out, arena: np.ndarray, first_message: int)
     valid = ((present >> (k.STRING_BIT + k.S_DIALECTS)) & 1).astype(np.bool_)
     cols["dialects"] = _dialect_lists(arena, out.dialects_start, np.where(valid, out.dialects_len, -1))
     raw = pl.DataFrame(list(cols.values()))
-    base = frame.select([c.name for c in _SET_KEEP])[out.msg]
+    base = frame.select([c.name for c in KEPT_COLUMNS])[out.msg]
     flags = pl.col("flags")
     smb2 = pl.col("kind_code") == t.KIND_SMB2
     decoded = raw.rename({"kind": "kind_code"}).with_columns(
