@@ -50,7 +50,3 @@ def frame(columns: tuple[Column, ...], arrays: dict[str, np.ndarray],
 def enum_from_codes(codes: pl.Series, dtype: pl.Enum) -> pl.Series:
     """Integer codes (index into the Enum's categories; null stays null) → an Enum series."""
     return codes.cast(pl.UInt32).cat.to(dtype)
-
-
-def empty(columns: tuple[Column, ...]) -> pl.DataFrame:
-    return frame(columns, {c.name: np.empty(0, c.dtype) for c in columns})

@@ -20,7 +20,7 @@ from .kernels.details import ICMP_ERROR_TYPES, ICMPV6_ERROR_TYPES, icmp_quotes, 
 from .kernels.headers import LINKTYPE_NOT_PACKET, allocate_headers, decode_headers
 from .kernels.intern import AddressTable
 from .schema import (ICMP_ERROR_COLUMNS, INTERFACE_COLUMNS, PACKET_COLUMNS, PARSE_STATUS_NAMES,
-                     TCP_SACK_COLUMNS, ParseStatus, Present)
+                     TCP_SACK_COLUMNS, ParseStatus, Present, empty_frame)
 from .source import CaptureBytes, open_bytes
 
 DEFAULT_CHUNK_RECORDS = 1 << 20
@@ -241,9 +241,9 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
         sack = pl.concat([p[1] for p in pieces], rechunk=False)
         icmp = pl.concat([p[2] for p in pieces], rechunk=False)
     else:
-        packets = columns.empty(PACKET_COLUMNS)
-        sack = columns.empty(TCP_SACK_COLUMNS)
-        icmp = columns.empty(ICMP_ERROR_COLUMNS)
+        packets = empty_frame(PACKET_COLUMNS)
+        sack = empty_frame(TCP_SACK_COLUMNS)
+        icmp = empty_frame(ICMP_ERROR_COLUMNS)
     packets = packets.with_columns(columns.enum_from_codes(packets[c], address_enum).alias(c)
                                    for c in ("src", "dst"))
     icmp = icmp.with_columns(columns.enum_from_codes(icmp[c], address_enum).alias(c)
