@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 import polars as pl
 
+from . import progress
 from .ingest import DEFAULT_CHUNK_RECORDS, PacketTables, ReadReport, read_tables
 from .source import CaptureBytes
 
@@ -56,6 +57,11 @@ class Capture:
         self._memo: dict[str, object] = {}  # intermediate tables shared by builders (not frames)
         self.reports: list[tuple[str, ReadReport]] = [(self.path, tables.report)]
         self.files: list[str] = [self.path]
+        # what a reader of the results should know about how the files were joined (open_captures)
+        self.warnings: list[str] = []
+        self.selection: dict | None = None  # what --start/--end/--host/--port kept (analyzer/selection.py)
+        # (file, frames before it in this capture's numbering, its frame count), in numbering order
+        self.pieces: list[tuple[str, int, int]] = [(self.path, 0, tables.packets.height)]
 
     # -- bytes ---------------------------------------------------------------------------------
     @property
@@ -92,6 +98,7 @@ class Capture:
             builder = FRAME_BUILDERS.get(name)
             if builder is None:
                 raise KeyError(f"no frame named {name!r}; known: {', '.join(self.frame_names())}")
+            progress.frame_stage(name)
             self._frames[name] = builder(self)
         return self._frames[name]
 
@@ -105,6 +112,17 @@ class Capture:
     def set_frame(self, name: str, frame: pl.DataFrame) -> None:
         self._frames[name] = frame
 
+    def restrict_packets(self, kept: pl.DataFrame) -> None:
+        """Keep only these rows of ``packets`` (and their SACK blocks and ICMP errors) before anything
+        is derived from them: the selection of analyzer/selection.py. Frame numbers stay the file's."""
+        derived = set(self._frames) - {"packets", "tcp_sack", "icmp_errors", "interfaces"}
+        if derived or self._memo:
+            raise RuntimeError(f"restrict_packets after frames were derived ({', '.join(sorted(derived))})")
+        frames = kept.select("frame")
+        self._frames["packets"] = kept
+        for name in ("tcp_sack", "icmp_errors"):
+            self._frames[name] = self._frames[name].join(frames, on="frame", how="semi")
+
     def frame_names(self) -> list[str]:
         _load_builders()
         return sorted(set(self._frames) | set(FRAME_BUILDERS))
@@ -113,6 +131,21 @@ class Capture:
         return dict(self._frames)
 
     # -- lifetime ------------------------------------------------------------------------------
+    def frames_by_file(self, frames) -> list[dict]:
+        """This capture's frame numbers as ``[{"file": path, "frames": [numbers in that file]}]``,
+        one entry per file that has any, in file order: what opens the right packets in Wireshark
+        when several files were read as one capture."""
+        numbers = np.asarray(frames, dtype=np.int64)
+        if len(self.pieces) == 1:
+            return [{"file": self.pieces[0][0], "frames": numbers.tolist()}] if numbers.size else []
+        bases = np.array([base for _, base, _ in self.pieces], dtype=np.int64)
+        piece = np.searchsorted(bases, numbers - 1, side="right") - 1
+        out = []
+        for k in np.unique(piece):
+            path, base, _ = self.pieces[int(k)]
+            out.append({"file": path, "frames": (numbers[piece == k] - base).tolist()})
+        return out
+
     def close(self) -> None:
         self._data.close()
 
@@ -140,16 +173,105 @@ def _merge_enum(frames: list[pl.DataFrame], columns: tuple[str, ...]) -> list[pl
     return [f.with_columns(pl.col(c).cast(pl.String).cast(enum) for c in columns) for f in frames]
 
 
+# Two pieces further apart in time than this, and than the longest silence inside either of them, are
+# reported as a gap: the files of a ring buffer follow one another, a missing file leaves a hole.
+GAP_MIN_NS = 1_000_000_000
+
+
+def _identity(path: str):
+    """What makes two names the same file: device and inode (hard and symbolic links, ./x and x)."""
+    if path == "-":
+        return ("stdin",)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ("path", os.path.abspath(path))
+    return (st.st_dev, st.st_ino)
+
+
+def _distinct_files(paths) -> tuple[list[str], list[str]]:
+    """The paths without repeats of a file already given, and a warning for each repeat."""
+    first: dict[object, str] = {}
+    kept, warnings = [], []
+    for p in map(os.fspath, paths):
+        key = _identity(p)
+        if key in first:
+            same = "given twice" if first[key] == p else f"the same file as {first[key]}"
+            warnings.append(f"{p}: {same}; read once")
+            continue
+        first[key] = p
+        kept.append(p)
+    return kept, warnings
+
+
+def _drop_copies(caps: list[Capture], warnings: list[str]) -> list[Capture]:
+    """Drop a piece whose packets (times and lengths) are those of an earlier piece: a copy."""
+    kept: list[Capture] = []
+    for c in caps:
+        cols = ("ts_ns", "caplen", "wirelen")
+        twin = next((k for k in kept if k.packets.height == c.packets.height and c.packets.height
+                     and k.packets.select(cols).equals(c.packets.select(cols))), None)
+        if twin is None:
+            kept.append(c)
+        else:
+            warnings.append(f"{c.path}: the same packets as {twin.path} (a copy?); read once")
+            c.close()
+    return kept
+
+
+def _span(ns: int) -> str:
+    return f"{ns / 1e9:,.3f} s" if ns >= 1_000_000 else f"{ns / 1e3:,.0f} µs"
+
+
+def _longest_silence(cap: Capture) -> int:
+    gaps = cap.packets["ts_ns"].sort().diff().max()
+    return int(gaps) if gaps is not None else 0
+
+
+def _time_warnings(caps: list[Capture]) -> list[str]:
+    """Pieces (in time order) that overlap or leave a gap between them."""
+    warnings = []
+    timed = [c for c in caps if c.packets.height]
+    for prev, nxt in zip(timed, timed[1:]):
+        prev_last, next_first = int(prev.packets["ts_ns"].max()), int(nxt.packets["ts_ns"].min())
+        if next_first < prev_last:
+            warnings.append(f"{nxt.path} starts {_span(prev_last - next_first)} before {prev.path} ends: the "
+                            f"pieces overlap in time (joined file after file, not interleaved)")
+            continue
+        gap = next_first - prev_last
+        if gap > max(GAP_MIN_NS, _longest_silence(prev), _longest_silence(nxt)):
+            warnings.append(f"no packets for {_span(gap)} between {prev.path} and {nxt.path}, longer than any "
+                            f"silence inside them: a piece may be missing")
+    return warnings
+
+
 def open_captures(paths: list[str | os.PathLike], **options) -> Capture:
     """Several files read as one capture: the pieces of a ring buffer, joined in time order.
 
-    Frame numbers run on across files as in the output of ``mergecap -a`` on the files in this order;
+    The files are put in the order of their first timestamps and concatenated, not interleaved: frame
+    numbers run on across files as in the output of ``mergecap -a`` on the files in that order, and
+    :meth:`Capture.frames_by_file` turns them back into each file's own numbers;
     payload offsets index one buffer holding the files' bytes one after the other (a copy).
+
+    A file named twice (or through another link) and a piece holding the same packets as another are
+    read once; pieces that overlap in time, or leave a gap longer than :data:`GAP_MIN_NS` and than the
+    longest silence inside them, are noted. Each case adds a line to the capture's ``warnings``.
     """
-    caps = [open_capture(p, **options) for p in paths]
-    if len(caps) == 1:
-        return caps[0]
+    paths, warnings = _distinct_files(paths)
+    caps: list[Capture] = []
+    try:
+        for p in paths:
+            caps.append(open_capture(p, **options))
+    except BaseException:
+        for c in caps:
+            c.close()
+        raise
+    caps = _drop_copies(caps, warnings)
     caps.sort(key=lambda c: (c.packets["ts_ns"].min() if c.packets.height else 0) or 0)
+    warnings += _time_warnings(caps)
+    if len(caps) == 1:
+        caps[0].warnings = warnings
+        return caps[0]
     frame_base, buf_base, iface_base = 0, 0, 0
     packets, sacks, icmps, ifaces = [], [], [], []
     for k, c in enumerate(caps):
@@ -179,6 +301,9 @@ def open_captures(paths: list[str | os.PathLike], **options) -> Capture:
     merged = Capture(data.path, _parts=(data, tables))
     merged.reports = [(c.path, c.report) for c in caps]
     merged.files = [c.path for c in caps]
+    bases = np.cumsum([0] + [c.packets.height for c in caps])
+    merged.pieces = [(c.path, int(bases[k]), c.packets.height) for k, c in enumerate(caps)]
+    merged.warnings = warnings
     for c in caps:
         c.close()
     return merged

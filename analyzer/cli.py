@@ -1,11 +1,20 @@
 """The ``herdscope`` command.
 
 ``main(argv)`` returns an :class:`ExitCode` so tests call it in-process (pytest's own pattern).
+
+Every failure a user can act on is one line on standard error, ``herdscope: ...``, and an exit code
+that means one thing: a traceback only ever comes with exit 4 (a bug). Outputs (``--output``,
+``--out``) are checked before any capture is read. When standard output is closed early
+(``herdscope scan x.pcap | head -1``) herdscope stops quietly with 141 (128 + SIGPIPE), the status a
+shell reports for a process that SIGPIPE ended, as ``yes | head`` does: never 1 (findings) or 0.
 """
 from __future__ import annotations
 
+import contextlib
 import enum
+import errno
 import json
+import os
 import sys
 import traceback
 
@@ -14,23 +23,54 @@ import click
 from . import __version__
 from .errors import HerdscopeError, UnreadableCapture
 
-EXIT_CODES_HELP = """\b
-Exit codes:
-  0  success (scan: no finding reached --fail-on)
-  1  scan: findings at or above --fail-on
-  2  usage error (bad option, missing argument)
-  3  unreadable input (missing file, not a pcap/pcapng, bad gzip)
-  4  internal error (a bug: please report it with the traceback)"""
+def exit_codes_help(*, findings: bool = False, writes: bool = False, reads: bool = True) -> str:
+    """The exit codes a command can return, for its --help (only those)."""
+    lines = ["\b", "Exit codes:",
+             "  0  success" + (" (no finding reached --fail-on)" if findings else "")]
+    if findings:
+        lines.append("  1  findings at or above --fail-on")
+    lines.append("  2  usage error (bad option, missing argument" + (", an output that cannot be written)"
+                                                                    if writes else ")"))
+    if reads:
+        lines.append("  3  unreadable input (missing, a directory, not a pcap/pcapng, no packet readable)")
+    lines += ["  4  internal error (a bug: please report it with the traceback)",
+              "  141  standard output closed early (| head); 130 interrupted"]
+    return "\n".join(lines)
+
+
+EXIT_CODES_HELP = exit_codes_help(findings=True, writes=True)  # all of them (the command group)
+
+
+def _open(paths: list[str]):
+    """The files read as one capture (``open_captures``), under the command line's rule that a file
+    from which damage let no packet at all be read is unreadable (exit 3), not an empty capture."""
+    from . import CACHE_NOTICE
+    from .capture import open_captures
+
+    global _notice_shown
+    if CACHE_NOTICE and not _notice_shown:
+        _notice_shown = True
+        _fail(f"note: {CACHE_NOTICE}")
+    cap = open_captures(paths)
+    for path, report in cap.reports:
+        reason = report.nothing_read()
+        if reason:
+            cap.close()
+            raise UnreadableCapture(f"{path}: {reason}")
+        if report.gzip_damage:  # said on stderr too: the packets after it are lost
+            cap.warnings.append(f"{path}: {report.gzip_damage}; the packets before the damage are read")
+    return cap
+
+
+_notice_shown = False
 
 
 def _each_capture(files, per_capture) -> int:
     """Open each file and call ``per_capture(path, cap)``; unreadable files are reported, not fatal."""
-    from .capture import open_capture
-
     code = ExitCode.OK
     for path in files:
         try:
-            with open_capture(path) as cap:
+            with _open([path]) as cap:
                 per_capture(path, cap)
         except UnreadableCapture as exc:
             _fail(str(exc))
@@ -41,16 +81,81 @@ def _each_capture(files, per_capture) -> int:
 class ExitCode(enum.IntEnum):
     OK = 0  # success
     FINDINGS = 1  # scan found something at or above --fail-on
-    USAGE = 2  # bad command line
+    USAGE = 2  # bad command line, or an output that cannot be written
     UNREADABLE = 3  # an input could not be read as a capture
     INTERNAL = 4  # a bug
+    INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C
+    BROKEN_PIPE = 141  # 128 + SIGPIPE: standard output was closed before all was written
+
+
+class OutputError(HerdscopeError):
+    """An output file or directory that cannot be written (exit 2)."""
 
 
 def _fail(message: str) -> None:
     click.echo(f"herdscope: {message}", err=True)
 
 
-@click.group(help=f"Find timing pathologies in packet captures.\n\n{EXIT_CODES_HELP}",
+def _check_output_file(option: str, path: str | None) -> None:
+    """Fail now, before any capture is read, when ``path`` cannot be written."""
+    if not path:
+        return
+    if os.path.isdir(path):
+        raise OutputError(f"{option} {path}: is a directory")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise OutputError(f"{option} {path}: the directory {parent} does not exist")
+    target = path if os.path.exists(path) else parent
+    if not os.access(target, os.W_OK):
+        raise OutputError(f"{option} {path}: {'the file' if target == path else 'its directory'} is not writable")
+
+
+def _check_output_dir(option: str, path: str) -> None:
+    """Fail now when directory ``path`` neither is nor can be created as a writable directory."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise OutputError(f"{option} {path}: exists and is not a directory")
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise OutputError(f"{option} {path}: {probe} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise OutputError(f"{option} {path}: {probe} is not writable")
+
+
+@contextlib.contextmanager
+def _writing(option: str, path: str | None):
+    """Turn a failed write of ``path`` into a one-line OutputError (a closed stdout stays EPIPE)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno == errno.EPIPE or not path:
+            raise
+        raise OutputError(f"{option} {path}: {exc.strerror or exc}") from exc
+
+
+class _StdoutClosed(Exception):
+    """Standard output was closed while a command wrote to it (not an OSError, so that click's own
+    handling, which exits 1, lets it through to :func:`main`)."""
+
+
+class _Group(click.Group):
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except OSError as exc:
+            if exc.errno == errno.EPIPE:
+                raise _StdoutClosed() from exc
+            raise
+        except SystemExit as exc:
+            # rich's Console answers a closed pipe with SystemExit(1) (Console.on_broken_pipe), which
+            # would read as "findings": it is the closed pipe.
+            if isinstance(exc.__context__, BrokenPipeError):
+                raise _StdoutClosed() from exc
+            raise
+
+
+@click.group(cls=_Group, help=f"Find timing pathologies in packet captures.\n\n{EXIT_CODES_HELP}",
              context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="herdscope")
 def cli() -> None:
@@ -58,10 +163,10 @@ def cli() -> None:
 
 
 @cli.command(help=f"Summarise captures like capinfos: format, link types, packets, times, "
-                  f"protocols, damage.\n\n{EXIT_CODES_HELP}")
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+                  f"protocols, damage.\n\n{exit_codes_help()}")
+@click.argument("files", nargs=-1, required=True, type=click.Path(allow_dash=True))
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
-              help="json: one object per file, one per line (keys documented in analyzer/summary.py)")
+              help="json: one object per file, one per line (the README lists its keys)")
 def info(files: tuple[str, ...], fmt: str) -> int:
     from .render import print_summary
     from .summary import summarize
@@ -77,20 +182,21 @@ def info(files: tuple[str, ...], fmt: str) -> int:
 
 
 @cli.command(help=f"Write the frames of a capture as Parquet files, one per frame, plus "
-                  f"schema.json (a description of every column) and read_report.json.\n\n{EXIT_CODES_HELP}")
-@click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+                  f"schema.json (a description of every column) and read_report.json.\n\n"
+                  f"{exit_codes_help(writes=True)}")
+@click.argument("file", type=click.Path(allow_dash=True))
+@click.option("--out", "out_dir", required=True, type=click.Path(),
               help="directory to write into (created if missing)")
 @click.option("--frames", default="all", show_default=True,
               help="comma-separated frame names to write, or 'all'")
 @click.option("--compression", type=click.Choice(["lz4", "zstd", "snappy", "uncompressed"]), default="lz4",
               show_default=True, help="Parquet compression (zstd: smaller, slower to write)")
 def export(file: str, out_dir: str, frames: str, compression: str) -> int:
-    from .capture import open_capture
     from .export import export_frames
 
+    _check_output_dir("--out", out_dir)
     try:
-        with open_capture(file) as cap:
+        with _open([file]) as cap, _writing("--out", out_dir):
             wanted = None if frames == "all" else [f.strip() for f in frames.split(",") if f.strip()]
             written = export_frames(cap, out_dir, wanted, compression)
     except UnreadableCapture as exc:
@@ -104,21 +210,89 @@ def export(file: str, out_dir: str, frames: str, compression: str) -> int:
     return ExitCode.OK
 
 
-@cli.command(help=f"Service response times per protocol and operation (DNS, Kerberos, LDAP, SMB2): count, "
-                  f"errors, min/p50/p90/p99/max latency, with SMB2 STATUS_PENDING waits and oplock/lease "
-                  f"break acknowledgments.\n\n{EXIT_CODES_HELP}")
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
-              help="json: one object per file: {file, stats: [row...]} (columns in analyzer/stats.py)")
-def stats(files: tuple[str, ...], fmt: str) -> int:
-    from .stats import render_table, service_response_times
+STATS_HELP = ("Service response times per protocol and operation (DNS, Kerberos, LDAP, SMB2): count, answered, "
+              "unanswered, errors and min/p50/p90/p99/max latency, with SMB2 STATUS_PENDING waits and "
+              "oplock/lease break acknowledgments on rows of their own. A caching or forwarding DNS resolver's "
+              "two legs are kept apart in the leg column: client_to_resolver, resolver_to_upstream, or direct "
+              "(a resolver is an address that answers DNS queries on port 53 and itself sends queries to "
+              "another port-53 server in the capture).")
+STATS_EXIT_CODES = """\b
+Exit codes:
+  0  success (a capture without transactions too: a notice on standard error says so)
+  2  usage error (bad option, missing argument)
+  3  unreadable input (missing, a directory, not a pcap/pcapng, no packet readable)
+  4  internal error (a bug: please report it with the traceback)
+  141  standard output closed early (| head); 130 interrupted"""
+
+
+class _StatsCommand(click.Command):
+    """``stats``, whose help adds the decoders' rules for errors and unanswered requests, read from them
+    when the help is shown (plain ``herdscope --help`` does not load the decoders)."""
+
+    def get_help(self, ctx: click.Context) -> str:
+        from .stats import outcome_help
+
+        self.help = f"{STATS_HELP}\n\n{outcome_help()}\n\n{STATS_EXIT_CODES}"
+        return super().get_help(ctx)
+
+
+def selection_options(command):
+    """--start, --end, --host, --port: the packets analysed (scan, stats), applied before the analysis."""
+    for option in reversed((
+        click.option("--start", metavar="TIME", help="only packets at or after TIME: seconds after the first "
+                                                    "packet (12.5) or ISO 8601 (2026-11-29T18:34:09Z)"),
+        click.option("--end", metavar="TIME", help="only packets at or before TIME (as --start)"),
+        click.option("--host", "hosts", multiple=True, metavar="ADDR",
+                     help="only packets from or to this address; repeat for several"),
+        click.option("--port", "ports", multiple=True, type=int, metavar="PORT",
+                     help="only packets from or to this TCP/UDP port; repeat for several"),
+    )):
+        command = option(command)
+    return command
+
+
+def parse_selection(start, end, hosts, ports):
+    from .selection import Selection, SelectionError
+
+    try:
+        return Selection.from_options(start, end, hosts, ports)
+    except SelectionError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
+@cli.command(cls=_StatsCommand, help=STATS_HELP)
+@click.argument("files", nargs=-1, required=True, type=click.Path(allow_dash=True))
+@click.option("--by", type=click.Choice(["server", "client"]), default=None,
+              help="also one row per server (or per client) address")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True,
+              help="json: one object per file and line, {file, by, stats: [row...]}, each row with the keys "
+                   "protocol, operation, leg, server, client (null unless --by), count, answered, unanswered, "
+                   "errors, min, p50, p90, p99, max, mean (latencies in ns); csv: the same columns after a "
+                   "file column, one header line")
+@selection_options
+def stats(files: tuple[str, ...], fmt: str, by: str | None, start, end, hosts, ports) -> int:
+    from .selection import apply as select
+    from .stats import csv_text, no_transactions_message, records, render_table, service_response_times
+
+    header = [True]
+    selection = parse_selection(start, end, hosts, ports)
 
     def show(path, cap):
-        table = service_response_times(cap)
+        select(cap, selection)
+        if cap.selection and fmt == "table":
+            _fail(f"{path}: selected {cap.selection['packets_selected']:,} of "
+                  f"{cap.selection['packets_total']:,} packets")
+        table = service_response_times(cap, by)
+        if table.height == 0:
+            _fail(no_transactions_message(path, cap))
         if fmt == "json":
-            click.echo(json.dumps({"file": path, "stats": table.to_dicts()}))
-        else:
-            render_table(table, f"Service response times: {path}")
+            click.echo(json.dumps({"file": path, "by": by, "selection": cap.selection,
+                                   "stats": records(table).to_dicts()}))
+        elif fmt == "csv":
+            click.echo(csv_text(table, path, header[0]), nl=False)
+            header[0] = False
+        elif table.height:
+            render_table(table, f"Service response times{' by ' + by if by else ''}: {path}")
 
     return _each_capture(files, show)
 
@@ -126,76 +300,188 @@ def stats(files: tuple[str, ...], fmt: str) -> int:
 SEVERITY_CHOICES = ["informational", "low", "medium", "high", "critical"]
 
 
-@cli.command(help=f"Run the detectors over captures and report findings.\n\n"
-                  f"Several files are analysed as one capture (the pieces of a ring buffer, joined in time "
-                  f"order; evidence frame numbers then count across the files as mergecap -a would), or each "
-                  f"on its own with --separate. The JSON/NDJSON schema is documented in analyzer/scan.py and "
-                  f"the README.\n\n{EXIT_CODES_HELP}")
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--detectors", "detector_list", metavar="A,B", help="run only these detectors")
-@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False),
-              help="TOML file: [scan] detectors/fail_on, and [DETECTOR] parameter tables")
-@click.option("--set", "sets", multiple=True, metavar="DETECTOR.PARAM=VALUE", help="override a parameter")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "ndjson", "parquet", "junit"]),
-              default="table", show_default=True)
-@click.option("--output", "output", type=click.Path(dir_okay=False), help="write to this file (stdout otherwise)")
-@click.option("--fail-on", "fail_on", type=click.Choice(SEVERITY_CHOICES), default=None,
-              help="exit 1 when a finding reaches this severity (default: high)")
-@click.option("--separate", is_flag=True, help="analyse each file on its own")
-def scan(files, detector_list, config_path, sets, fmt, output, fail_on, separate) -> int:
-    import polars as pl
+def detector_options(command):
+    """--detectors, --config and --set: which detectors run and with what parameters (scan, show)."""
+    for option in reversed((
+        click.option("--detectors", "detector_list", metavar="A,B",
+                     help="run only these detectors (`herdscope detectors` lists them)"),
+        click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False),
+                     help="TOML file: [scan] detectors/fail_on, and [DETECTOR] parameter tables"),
+        click.option("--set", "sets", multiple=True, metavar="DETECTOR.PARAM=VALUE",
+                     help="override a detector parameter; repeat for several (durations take units: "
+                          "herd.window_ns=250ms, 1s, 20us; `herdscope detectors` lists every parameter)"),
+    )):
+        command = option(command)
+    return command
 
-    from detectors import ParameterError, at_least, available, run
 
-    from .capture import open_captures
-    from .scan import capture_summary, finding_records, load_config, render, render_table
+def scan_config(config_path, sets, detector_list, fail_on):
+    """The detectors' configuration from the options, checked before anything is read (a usage
+    error otherwise)."""
+    from detectors import configure
+
+    from .scan import load_config
 
     try:
         cfg = load_config(config_path, sets, detector_list, fail_on)
+        configure(cfg.detectors, cfg.overrides)
     except (ValueError, OSError) as exc:
         raise click.UsageError(str(exc)) from exc
     if cfg.fail_on not in SEVERITY_CHOICES:
         raise click.UsageError(f"fail_on {cfg.fail_on!r}: expected one of {', '.join(SEVERITY_CHOICES)}")
+    return cfg
+
+
+@cli.command(help=f"Run the detectors over captures and report findings.\n\n"
+                  f"Several files are analysed as one capture (the pieces of a ring buffer, put in the order "
+                  f"of their first packets; evidence names each file with that file's own frame numbers), or "
+                  f"each on its own with --separate. The JSON/NDJSON schema is in "
+                  f"the README.\n\n{exit_codes_help(findings=True, writes=True)}")
+@click.argument("files", nargs=-1, required=True, type=click.Path(allow_dash=True))
+@detector_options
+@selection_options
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "ndjson", "parquet", "junit"]),
+              default="table", show_default=True)
+@click.option("--output", "output", type=click.Path(), help="write to this file (stdout otherwise)")
+@click.option("--fail-on", "fail_on", type=click.Choice(SEVERITY_CHOICES), default=None,
+              help="exit 1 when a finding reaches this severity (default: high)")
+@click.option("--separate", is_flag=True, help="analyse each file on its own")
+@click.option("--quiet", "-q", is_flag=True,
+              help="print nothing on standard output (as grep -q): the exit code says whether a finding "
+                   "reached --fail-on; errors still go to standard error, --output files are still written")
+@click.option("--expand", is_flag=True,
+              help="also list each population finding's members (the per-client or per-connection findings it "
+                   "stands for) beneath it; without it they are left out (member_ids names them) and never "
+                   "count for --fail-on")
+def scan(files, detector_list, config_path, sets, start, end, hosts, ports, fmt, output, fail_on, separate, quiet,
+         expand) -> int:
+    import polars as pl
+
+    from detectors import ParameterError, at_least, available, expanded, run, top_level
+
+    from .scan import capture_summary, finding_records
+    from .selection import apply as select
+
+    cfg = scan_config(config_path, sets, detector_list, fail_on)
+    selection = parse_selection(start, end, hosts, ports)
     if fmt == "parquet" and not output:
         raise click.UsageError("--format parquet needs --output PATH")
+    _check_output_file("--output", output)
     groups = [[f] for f in files] if separate else [list(files)]
     results, frames = [], []
     code = ExitCode.OK
     for group in groups:
         try:
-            cap = open_captures(group)
+            cap = _open(group)
         except UnreadableCapture as exc:
             _fail(str(exc))
             code = ExitCode.UNREADABLE
             continue
+        select(cap, selection)
         try:
             findings = run(cap, only=cfg.detectors, overrides=cfg.overrides)
         except ParameterError as exc:
             raise click.UsageError(str(exc)) from exc
+        listed = expanded(findings) if expand else top_level(findings)  # populations' members: --expand
         names = cfg.detectors or list(available())
         label = "+".join(group)
-        results.append((capture_summary(cap, group, findings, names), finding_records(findings, label)))
-        frames.append(findings.with_columns(pl.lit(label).alias("capture")))
-        if at_least(findings, cfg.fail_on).height and code == ExitCode.OK:
+        for warning in cap.warnings:
+            _fail(f"warning: {warning}")
+        summary = capture_summary(cap, group, top_level(findings), names)
+        summary["warnings"] = list(cap.warnings)  # files read once, pieces overlapping or with a gap
+        results.append((summary, finding_records(listed, label, cap)))
+        frames.append(listed.with_columns(pl.lit(label).alias("capture")))
+        if at_least(top_level(findings), cfg.fail_on).height and code == ExitCode.OK:
             code = ExitCode.FINDINGS
         cap.close()
-    if fmt == "table":
+    with _writing("--output", output):
+        _write_scan(results, frames, fmt, cfg.fail_on, output, quiet)
+    return code
+
+
+def _write_scan(results, frames, fmt, fail_on, output, quiet) -> None:
+    import polars as pl
+
+    from .scan import render, render_table
+
+    if quiet and not output:
+        pass
+    elif fmt == "table":
         if output:
             from .render import console as make_console
             with open(output, "w") as fh:
-                render_table(results, cfg.fail_on, make_console(fh))
+                render_table(results, fail_on, make_console(fh))
         else:
-            render_table(results, cfg.fail_on)
+            render_table(results, fail_on)
     elif fmt == "parquet":
         (pl.concat(frames) if frames else pl.DataFrame()).write_parquet(output)
     else:
-        text = render(results, frames, fmt, cfg.fail_on)
+        text = render(results, frames, fmt, fail_on)
         if output:
             with open(output, "w") as fh:
                 fh.write(text)
         else:
             click.echo(text, nl=False)
-    return code
+
+
+@cli.command(help="Show one finding in full: its explanation and numbers, every evidence frame (per file, "
+                  "not capped), the Wireshark commands that open them, tshark's one-line summary of each "
+                  "evidence frame when tshark is installed, and, for a population finding, its members. "
+                  "FINDING_ID is the id scan printed (or a unique prefix of it, at least 4 hex digits); "
+                  "give the same files and detector options as to scan (ids depend on both).\n\n"
+                  "Exit codes: 0 found, 2 usage error (including an id that is not a finding of these "
+                  "files with these options), 3 unreadable input.")
+@click.argument("finding_id")
+@click.argument("files", nargs=-1, required=True, type=click.Path())
+@detector_options
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="json: the FINDING object of scan's JSON, with every evidence frame and, when tshark "
+                   "is installed, a `tshark` list of one-line summaries per file")
+@click.option("--tshark/--no-tshark", "use_tshark", default=True, show_default=True,
+              help="summarise the evidence frames with tshark when it is installed")
+def show(finding_id, files, detector_list, config_path, sets, fmt, use_tshark) -> int:
+    from .show import check_id, find_finding, print_finding, tshark_summaries
+
+    cfg = scan_config(config_path, sets, detector_list, None)
+    why = check_id(finding_id)
+    if why:
+        raise click.UsageError(why)
+    with _open(list(files)) as cap:
+        found = find_finding(cap, files, finding_id, cfg)
+    if isinstance(found, str):
+        raise click.UsageError(found)
+    record, members = found
+    summaries = tshark_summaries(record) if use_tshark else None
+    if fmt == "json":
+        click.echo(json.dumps({**record, "tshark": summaries, "member_findings": members}, indent=1))
+    else:
+        print_finding(record, members, summaries)
+    return ExitCode.OK
+
+
+@cli.command("detectors", help="List every detector: what it finds, its finding kinds, the frames it needs "
+                               "from the capture, and every parameter with its default, unit, range and "
+                               "meaning (what --set and the [DETECTOR] tables of --config accept).\n\n"
+                               "Exit codes: 0 success, 2 usage error.")
+@click.argument("names", nargs=-1)
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="json: one document {detectors: [{name, summary, kinds, requires, parameters}]}")
+def detectors_command(names: tuple[str, ...], fmt: str) -> int:
+    from detectors import describe
+
+    from detectors.listing import print_detectors
+
+    rows = describe()
+    known = [r["name"] for r in rows]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise click.UsageError(f"unknown detector(s): {', '.join(unknown)} (known: {', '.join(known)})")
+    rows = [r for r in rows if not names or r["name"] in names]
+    if fmt == "json":
+        click.echo(json.dumps({"detectors": rows}, indent=1))
+    else:
+        print_detectors(rows)
+    return ExitCode.OK
 
 
 @cli.command(help="Open the Streamlit dashboard on localhost with these captures loaded (or the bundled "
@@ -217,26 +503,48 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code instead of exiting when called from Python."""
     args = sys.argv[1:] if argv is None else list(argv)
     try:
-        result = cli.main(args=args, prog_name="herdscope", standalone_mode=False)
+        from .progress import stages  # light: imports rich only on a terminal
+
+        with stages():  # the stage under way on stderr, when it is a terminal
+            result = cli.main(args=args, prog_name="herdscope", standalone_mode=False)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handlers below, not at exit
     except click.exceptions.Exit as exc:  # --help, --version
         return int(exc.exit_code)
     except click.UsageError as exc:
         exc.show()
         return ExitCode.USAGE
-    except click.Abort:
-        _fail("aborted")
+    except (click.Abort, KeyboardInterrupt):  # click turns Ctrl-C into Abort
+        _fail("interrupted")
+        return ExitCode.INTERRUPTED
+    except OutputError as exc:
+        _fail(str(exc))
         return ExitCode.USAGE
     except HerdscopeError as exc:
         _fail(str(exc))
         return ExitCode.UNREADABLE
-    except BrokenPipeError:  # `herdscope info big.pcap | head`
-        sys.stderr.close()
-        return ExitCode.OK
+    except (_StdoutClosed, BrokenPipeError):  # `herdscope info *.pcap | head -1`
+        _quiet_stdout()
+        return ExitCode.BROKEN_PIPE
     except Exception:  # noqa: BLE001 - the last line of defence: say it is a bug, keep the traceback
-        traceback.print_exc()
-        _fail("internal error (a bug); the traceback above helps us fix it")
-        return ExitCode.INTERNAL
+        return _internal_error()
     return int(result or ExitCode.OK)
+
+
+def _internal_error() -> int:
+    traceback.print_exc()
+    _fail("internal error (a bug); the traceback above helps us fix it")
+    return ExitCode.INTERNAL
+
+
+def _quiet_stdout() -> None:
+    """Point standard output at /dev/null, so that the interpreter's last flush of what is still
+    buffered does not fail again on the closed pipe (the handling Python's signal docs recommend)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real file descriptor (in-process callers): nothing to flush
+        pass
 
 
 if __name__ == "__main__":

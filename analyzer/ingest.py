@@ -14,17 +14,21 @@ import polars as pl
 
 from . import columns, linktypes
 from .errors import UnreadableCapture
-from .formats import PCAP_FILE_HEADER_LEN, FileFormat, detect
+from .formats import PCAP_FILE_HEADER_LEN, FileFormat, detect, why_not
 from .kernels import records as rk
 from .kernels.details import ICMP_ERROR_TYPES, ICMPV6_ERROR_TYPES, icmp_quotes, sack_blocks
 from .kernels.headers import LINKTYPE_NOT_PACKET, allocate_headers, decode_headers
 from .kernels.intern import AddressTable
+from .resolution import effective_resolution
 from .schema import (ICMP_ERROR_COLUMNS, INTERFACE_COLUMNS, PACKET_COLUMNS, PARSE_STATUS_NAMES,
                      TCP_SACK_COLUMNS, ParseStatus, Present, empty_frame)
 from .source import CaptureBytes, open_bytes
 
 DEFAULT_CHUNK_RECORDS = 1 << 20
 PROGRESS_MIN_BYTES = 64 << 20  # show a progress bar for files at least this big (on a terminal)
+# A pcapng block longer than this is called a corrupt length rather than a file cut short: it is more
+# than the largest record herdscope believes (records.MAX_TRUSTED_SNAPLEN) plus room for its options.
+MAX_PLAUSIBLE_BLOCK = rk.MAX_TRUSTED_SNAPLEN + (1 << 20)
 _ADDRESS_NULL = np.uint32(0xFFFFFFFF)
 
 
@@ -41,6 +45,7 @@ class ReadReport:
     parse_status: dict[str, int] = field(default_factory=dict)  # ParseStatus name → packets
     gzip: bool = False
     gzip_truncated: bool = False  # the gzip stream ended early; what came before it was read
+    gzip_damage: str = ""  # why it ended early: a bad CRC, corrupt data, cut short ("" when whole)
 
     @property
     def skipped_records(self) -> int:
@@ -50,7 +55,21 @@ class ReadReport:
 
     @property
     def clean(self) -> bool:
-        return self.stop_offset is None and self.skipped_records == 0
+        return self.stop_offset is None and self.skipped_records == 0 and not self.gzip_damage
+
+    @property
+    def damage(self) -> str | None:
+        """All that stopped reading early, in words (the walk's stop and the gzip damage), or None."""
+        parts = ([self.stop] if self.stop_offset is not None else []) + ([self.gzip_damage] if self.gzip_damage else [])
+        return "; ".join(parts) or None
+
+    def nothing_read(self) -> str | None:
+        """Why no record at all could be read, when damage is the reason (a capture that is whole and
+        holds no packets, e.g. a pcap header alone, is not damage: None then)."""
+        if self.records or self.damage is None:
+            return None
+        where = f"at byte {self.stop_offset:,}, " if self.stop_offset is not None else ""
+        return f"could not read the input, no packet before the damage: {where}{self.damage}"
 
 
 def _shb_options(buf: np.ndarray, big_endian: bool) -> dict[str, str]:
@@ -76,7 +95,7 @@ def _text_options(buf, start, end, order, names) -> dict[str, str]:
     return found
 
 
-def _interfaces_frame(fmt: FileFormat, buf, ifaces, n_ifaces: int) -> pl.DataFrame:
+def _interfaces_frame(fmt: FileFormat, buf, ifaces, n_ifaces: int, packets: pl.DataFrame) -> pl.DataFrame:
     if fmt.kind == "pcap":
         arrays = {"iface": np.zeros(1, np.uint16), "section": np.zeros(1, np.uint16),
                   "linktype": np.array([fmt.linktype], np.int32), "snaplen": np.array([fmt.snaplen], np.uint32),
@@ -98,6 +117,7 @@ def _interfaces_frame(fmt: FileFormat, buf, ifaces, n_ifaces: int) -> pl.DataFra
             names.append(opts.get("name") or opts.get("description"))
         arrays["name"] = names
     arrays["linktype_name"] = [linktypes.name(int(v)) for v in arrays["linktype"]]
+    arrays.update(effective_resolution(packets, arrays["iface"], arrays["ts_resolution_ns"]))
     return columns.frame(INTERFACE_COLUMNS, arrays)
 
 
@@ -180,6 +200,61 @@ def _chunk_frames(data: CaptureBytes, recs, n, first_frame, linktype_of, address
     return packets, sack_frame, icmp_frame
 
 
+def _u32(buf, off: int, big_endian: bool) -> int:
+    return struct.unpack(">I" if big_endian else "<I", bytes(buf[off:off + 4]))[0]
+
+
+def _stop_reason(fmt: FileFormat, buf, off: int, stop: int, big_endian: bool) -> str:
+    """What stopped the walk at ``off``, in words with the numbers (records.STOP_MESSAGES plus detail).
+
+    The phrases "cut short" (the file ends inside a record) and "cannot be right" (a corrupt length)
+    are kept for the callers that tell the two apart."""
+    size = len(buf)
+    left = size - off
+    if fmt.kind == "pcap":
+        header = fmt.record_header_len
+        if stop == rk.STOP_TRUNCATED:
+            if left < header:
+                return f"the file ends in the middle of a record header (cut short: {left} of {header} bytes)"
+            incl = _u32(buf, off + 8, big_endian)
+            return (f"the file ends in the middle of a record (cut short: {left - header:,} of its "
+                    f"{incl:,} bytes of packet data)")
+        if stop == rk.STOP_BOGUS_LENGTH:
+            incl = _u32(buf, off + 8, big_endian)
+            limit = max(min(fmt.snaplen, rk.MAX_TRUSTED_SNAPLEN), rk.MAX_STANDARD_RECORD)
+            return (f"a record length that cannot be right ({incl:,} bytes captured, more than the "
+                    f"{limit:,} a record can hold here): corrupt file")
+        return rk.STOP_MESSAGES[stop]
+    if left < 12 and stop == rk.STOP_TRUNCATED:
+        return f"the file ends in the middle of a block header (cut short: {left} of 12 bytes)"
+    blen = _u32(buf, off + 4, big_endian) if left >= 8 else 0
+    if stop == rk.STOP_TRUNCATED:
+        if blen > MAX_PLAUSIBLE_BLOCK:
+            return (f"a block length that cannot be right ({blen:#x} = {blen:,} bytes, more than any pcapng "
+                    f"block holds; {left:,} bytes follow): corrupt file")
+        return f"the file ends in the middle of a block (cut short: {left:,} of its {blen:,} bytes)"
+    if stop == rk.STOP_BOGUS_LENGTH:
+        if blen < 12 or blen % 4:
+            return (f"a block length that cannot be right ({blen:,} bytes: a pcapng block is a multiple "
+                    f"of 4 bytes, at least 12): corrupt file")
+        trailer = _u32(buf, off + blen - 4, big_endian)
+        return (f"a block length that cannot be right ({blen:,} bytes at the start of the block, "
+                f"{trailer:,} at its end): corrupt file")
+    if stop == rk.STOP_BAD_SECTION and left >= 12:
+        btype = _u32(buf, off, big_endian)
+        if btype != rk.BT_SHB:
+            return f"a block of type {btype:#x} where a pcapng section header block was required: corrupt file"
+        magic = bytes(buf[off + 8:off + 12])
+        if magic not in (b"\x4d\x3c\x2b\x1a", b"\x1a\x2b\x3c\x4d"):
+            return (f"a pcapng section header whose byte-order magic is {magic.hex(' ')} "
+                    f"(expected 4d 3c 2b 1a or its reverse): corrupt header")
+        if left >= 16:
+            major = struct.unpack(">H" if big_endian else "<H", bytes(buf[off + 12:off + 14]))[0]
+            minor = struct.unpack(">H" if big_endian else "<H", bytes(buf[off + 14:off + 16]))[0]
+            return f"a pcapng section header of version {major}.{minor} (only 1.x is defined)"
+    return rk.STOP_MESSAGES[stop]
+
+
 def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: bool | None = None,
                 data: CaptureBytes | None = None) -> tuple[CaptureBytes, PacketTables]:
     """Read every record of ``path``. Raises :class:`UnreadableCapture` when the file is not a capture
@@ -188,12 +263,17 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
     buf = data.buf
     fmt = detect(bytes(buf[:PCAP_FILE_HEADER_LEN]))
     if fmt is None:
-        head = bytes(buf[:4])
+        head, size = bytes(buf[:PCAP_FILE_HEADER_LEN]), len(buf)
         data.close()
-        if not head:
-            raise UnreadableCapture(f"{data.path}: empty file")
-        raise UnreadableCapture(f"{data.path}: not a pcap or pcapng capture (starts with {head.hex(' ')})")
-    report = ReadReport(format=fmt.description, gzip=data.compressed, gzip_truncated=not data.gzip_complete)
+        if size == 0 and data.compressed:
+            reason = "the gzip data decompresses to nothing"
+        elif size == 0 and data.spilled:
+            reason = "empty input (nothing arrived)"
+        else:
+            reason = why_not(head, size)
+        raise UnreadableCapture(f"{data.path}: {reason}" + (f"; {data.gzip_damage}" if data.gzip_damage else ""))
+    report = ReadReport(format=fmt.description, gzip=data.compressed, gzip_truncated=not data.gzip_complete,
+                        gzip_damage=data.gzip_damage)
     counts = np.zeros(rk.N_COUNTS, np.int64)
     state = rk.new_state(fmt.big_endian)
     ifaces = rk.allocate_interfaces()
@@ -229,7 +309,7 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
 
     report.records = next_frame - 1
     if stop != rk.STOP_EOF:
-        report.stop = rk.STOP_MESSAGES[stop]
+        report.stop = _stop_reason(fmt, buf, int(off), stop, bool(state[rk.ST_BIG_ENDIAN]))
         report.stop_offset = int(off)
         report.bytes_not_read = int(size - off)
     report.counts = {name: int(v) for name, v in zip(rk.COUNT_NAMES, counts) if v}
@@ -254,7 +334,7 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
         status_counts += np.bincount(codes, minlength=len(PARSE_STATUS_NAMES))[:len(PARSE_STATUS_NAMES)]
     report.parse_status = {name: int(v) for name, v in zip(PARSE_STATUS_NAMES, status_counts) if v}
     section = _shb_options(buf, fmt.big_endian) if fmt.kind == "pcapng" else {}
-    interfaces = _interfaces_frame(fmt, buf, ifaces, int(state[rk.ST_N_IFACES]))
+    interfaces = _interfaces_frame(fmt, buf, ifaces, int(state[rk.ST_N_IFACES]), packets)
     tables = PacketTables(packets, sack, icmp, interfaces, report, fmt, section)
     return data, tables
 

@@ -7,10 +7,22 @@ from rich.console import Console
 from rich.table import Table
 
 
+PIPE_WIDTH = 120  # columns when writing to a pipe or file and COLUMNS is not set
+
+
 def console(file=None) -> Console:
-    """A console for tables: the terminal's width on a terminal, 140 columns in pipes and files."""
+    """A console for tables: ``COLUMNS`` when set, else the terminal's width, else PIPE_WIDTH columns
+    in pipes and files. Rich honours ``NO_COLOR`` (and ``FORCE_COLOR``) itself."""
+    import os
+
     target = file or sys.stdout
-    return Console(file=file, highlight=False, width=None if target.isatty() else 140)
+    width = None
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        width = int(columns)
+    elif not (hasattr(target, "isatty") and target.isatty()):
+        width = PIPE_WIDTH
+    return Console(file=file, highlight=False, width=width)
 
 
 def _duration(seconds: float) -> str:
@@ -28,6 +40,49 @@ def _resolution(ns: float | None) -> str:
     return names.get(ns, f"{ns:g} ns")
 
 
+def _time_resolution(s: dict) -> str:
+    """Declared and effective resolution, and how much the effective one rests on."""
+    from .resolution import MIN_DIFFERENCES
+
+    declared, effective = s["ts_resolution_ns"], s.get("effective_resolution_ns")
+    samples = s.get("effective_resolution_samples", 0)
+    if declared is None:
+        return "n/a"
+    text = f"{_resolution(declared)} declared"
+    if effective is None:
+        return text
+    if samples < MIN_DIFFERENCES:
+        return (f"{text}; effective tick cannot be told from {samples} timestamp difference"
+                f"{'s' if samples != 1 else ''} (at least {MIN_DIFFERENCES} needed), the declared one is assumed")
+    if any(i.get("effective_resolution_ns", 0) > i["ts_resolution_ns"] for i in s["interfaces"]):
+        from detectors.base import fmt_ns
+
+        return (f"{text}, but the timestamps move in {fmt_ns(effective)} ticks (the effective resolution, from "
+                f"{samples:,} timestamp differences): nothing shorter than {fmt_ns(effective)} can be seen")
+    return f"{text}, {_resolution(effective)} effective (from {samples:,} timestamp differences)"
+
+
+def _tick_of(iface: dict) -> str:
+    """ ", timestamps tick in 10 ms" for an interface whose timestamps are coarser than declared."""
+    effective = iface.get("effective_resolution_ns")
+    if effective is None or effective == iface["ts_resolution_ns"]:
+        return ""
+    from detectors.base import fmt_ns
+
+    return f", timestamps tick in {fmt_ns(effective)}"
+
+
+def _tick_duration(ns: float, res_ns: float | None) -> str:
+    """A measured duration, never finer than the timestamp tick: "< 10 ms (the capture's timestamp tick)"."""
+    from .resolution import is_limited
+
+    if not is_limited(ns, res_ns):
+        return _duration(ns / 1e9)
+    from detectors.base import fmt_limited
+
+    return fmt_limited(ns, res_ns)
+
+
 def print_summary(s: dict, out: Console | None = None) -> None:
     out = out or console()
     t = Table(show_header=False, box=None, pad_edge=False)
@@ -39,7 +94,8 @@ def print_summary(s: dict, out: Console | None = None) -> None:
     links = ", ".join(f"{lt['name']} ({lt['linktype']}): {lt['packets']:,}" for lt in s["link_types"])
     t.add_row("Link types:", links or "none")
     if len(s["interfaces"]) > 1 or any(i["name"] for i in s["interfaces"]):
-        ifs = "; ".join(f"#{i['iface']} {i['name'] or '-'} snaplen {i['snaplen']}" for i in s["interfaces"])
+        ifs = "; ".join(f"#{i['iface']} {i['name'] or '-'} snaplen {i['snaplen']}" + _tick_of(i)
+                        for i in s["interfaces"])
         t.add_row("Interfaces:", f"{len(s['interfaces'])}: {ifs}")
     t.add_row("Packets:", f"{s['packets']:,}")
     t.add_row("Data size:", f"{s['bytes']:,} bytes captured, {s['wire_bytes']:,} bytes on the wire")
@@ -49,7 +105,7 @@ def print_summary(s: dict, out: Console | None = None) -> None:
     if s["duration_s"] > 0:
         t.add_row("Average rate:", f"{s['packets'] / s['duration_s']:,.1f} packets/s, "
                                    f"{8 * s['wire_bytes'] / s['duration_s']:,.0f} bits/s")
-    t.add_row("Time resolution:", _resolution(s["ts_resolution_ns"]))
+    t.add_row("Time resolution:", _time_resolution(s))
     protos = []
     for transport, services in s["protocols"].items():
         total = sum(services.values())
@@ -73,8 +129,9 @@ def print_summary(s: dict, out: Console | None = None) -> None:
         t.add_row("TCP connections:", f"{tcp['connections']:,} ({states})")
         rtt = tcp["handshake_rtt_ns"]
         if rtt["n"]:
-            t.add_row("Handshake RTT:", f"median {_duration(rtt['median'] / 1e9)}, p99 {_duration(rtt['p99'] / 1e9)} "
-                                        f"over {rtt['n']:,} handshakes")
+            res = s.get("effective_resolution_ns")
+            t.add_row("Handshake RTT:", f"median {_tick_duration(rtt['median'], res)}, p99 "
+                                        f"{_tick_duration(rtt['p99'], res)} over {rtt['n']:,} handshakes")
         t.add_row("TCP segments:", f"{tcp['segments']:,}: {tcp['retransmissions']:,} retransmissions "
                                    f"({tcp['fast_retransmissions']:,} fast, {tcp['spurious_retransmissions']:,} "
                                    f"spurious), {tcp['duplicate_acks']:,} duplicate ACKs, {tcp['zero_windows']:,} "

@@ -14,8 +14,15 @@ Output formats (``--format``):
 
 A FINDING object has the findings-frame columns (``detectors.base.FINDING_COLUMNS``): detector, kind,
 finding_id, severity, start_ns, end_ns, client, server, resource, clients, client_identity, metric,
-value, threshold, unit, evidence_frames, evidence_total, explanation, parameters (an object), plus
-``capture`` (the file or files it came from) and ``start_time``/``end_time`` (ISO 8601 UTC).
+value, threshold, unit, evidence_frames, evidence_total, explanation, parameters (an object), members,
+member_ids, member_of, plus ``capture`` (the file or files it came from) and ``start_time``/``end_time``
+(ISO 8601 UTC).
+
+Populations (``detectors/population.py``): a population finding (``members`` > 0) stands for many
+findings of one cause at one service or across servers; ``member_ids`` names them. Every format lists
+populations and ordinary findings only, and the CAPTURE's ``findings`` counts only those; with
+``--expand`` each population's members follow it (``member_of`` = its id; in the table, one line each
+beneath it). Members never count for ``--fail-on`` (the population's severity does).
 A CAPTURE object: ``files``, ``packets``, ``first_time``, ``last_time``, ``duration_s``,
 ``ts_resolution_ns``, ``detectors`` (run), ``findings`` (count by severity), ``damage`` (per file, null
 when clean).
@@ -51,13 +58,29 @@ def load_config(path: str | None, sets: tuple[str, ...], detectors: str | None, 
 
         [herd]
         min_clients = 50
+        window_ns = "250ms"
+
+    Raises ValueError (a usage error) for a malformed assignment or an empty detector list; names and
+    values are checked against the detectors' declarations when they run.
     """
+    from detectors.params import parse_assignment
+
     cfg = ScanConfig()
     if path:
         with open(path, "rb") as fh:
             doc = tomllib.load(fh)
         scan = doc.pop("scan", {})
-        cfg.detectors = scan.get("detectors", cfg.detectors)
+        if not isinstance(scan, dict):
+            raise ValueError(f"{path}: [scan] must be a table")
+        unknown = set(scan) - {"detectors", "fail_on"}
+        if unknown:
+            raise ValueError(f"{path}: [scan] has no setting {', '.join(sorted(unknown))} "
+                             f"(known: detectors, fail_on)")
+        if "detectors" in scan:
+            listed = scan["detectors"]
+            if not isinstance(listed, list) or not all(isinstance(d, str) for d in listed):
+                raise ValueError(f"{path}: [scan] detectors must be a list of detector names")
+            cfg.detectors = [d.strip() for d in listed]
         cfg.fail_on = scan.get("fail_on", cfg.fail_on)
         for owner, table in doc.items():
             if not isinstance(table, dict):
@@ -65,15 +88,20 @@ def load_config(path: str | None, sets: tuple[str, ...], detectors: str | None, 
             for name, value in table.items():
                 cfg.overrides[f"{owner}.{name}"] = value
     for item in sets:
-        key, sep, value = item.partition("=")
-        if not sep or "." not in key:
-            raise ValueError(f"--set {item!r}: expected DETECTOR.PARAMETER=VALUE")
-        cfg.overrides[key.strip()] = value.strip()
-    if detectors:
+        key, value = parse_assignment(item)
+        cfg.overrides[key] = value
+    if detectors is not None:
         cfg.detectors = [d.strip() for d in detectors.split(",") if d.strip()]
+    if cfg.detectors is not None and not cfg.detectors:
+        raise ValueError("--detectors: no detector named (`herdscope detectors` lists them)")
     if fail_on:
         cfg.fail_on = fail_on
     return cfg
+
+
+def _int_if_whole(x: float):
+    """JSON numbers that are integers are written as integers."""
+    return int(x) if x is not None and float(x).is_integer() else x
 
 
 def capture_summary(cap, files: list[str], findings: pl.DataFrame, detector_names: list[str]) -> dict:
@@ -83,17 +111,19 @@ def capture_summary(cap, files: list[str], findings: pl.DataFrame, detector_name
     first = int(p["ts_ns"].min()) if p.height else None
     last = int(p["ts_ns"].max()) if p.height else None
     counts = dict(findings.group_by("severity").len().iter_rows()) if findings.height else {}
-    damage = [{"file": f, "reason": r.stop, "offset": r.stop_offset, "bytes_not_read": r.bytes_not_read}
-              for f, r in getattr(cap, "reports", [(cap.path, cap.report)]) if r.stop_offset is not None]
+    damage = [{"file": f, "reason": r.damage, "offset": r.stop_offset, "bytes_not_read": r.bytes_not_read}
+              for f, r in getattr(cap, "reports", [(cap.path, cap.report)]) if r.damage is not None]
     return {
         "files": files, "packets": p.height, "first_time": _iso(first), "last_time": _iso(last),
-        "duration_s": (last - first) / 1e9 if p.height else 0.0, "ts_resolution_ns": resolution_ns(cap),
+        "duration_s": (last - first) / 1e9 if p.height else 0.0, "ts_resolution_ns": _int_if_whole(resolution_ns(cap)),
         "detectors": detector_names, "findings": {s: int(counts.get(s, 0)) for s in SEVERITIES},
-        "damage": damage or None,
+        "damage": damage or None, "selection": cap.selection,
     }
 
 
-def finding_records(findings: pl.DataFrame, capture_label: str) -> list[dict]:
+def finding_records(findings: pl.DataFrame, capture_label: str, cap=None) -> list[dict]:
+    """The findings as JSON-ready dicts; with ``cap``, ``evidence`` says per file which of that file's
+    frames the evidence is (several files read as one capture number their frames on)."""
     rows = []
     for r in findings.iter_rows(named=True):
         r = dict(r)
@@ -102,6 +132,9 @@ def finding_records(findings: pl.DataFrame, capture_label: str) -> list[dict]:
         r["start_time"] = _iso(r["start_ns"])
         r["end_time"] = _iso(r["end_ns"])
         r["capture"] = capture_label
+        frames = r["evidence_frames"] or []
+        r["evidence"] = cap.frames_by_file(frames) if cap is not None else (
+            [{"file": capture_label, "frames": list(frames)}] if frames else [])
         rows.append(r)
     return rows
 
@@ -119,6 +152,26 @@ def wireshark_command(path: str, frames: list[int]) -> str:
     return f"wireshark -r {shlex.quote(str(path))} -Y {shlex.quote(wireshark_filter(frames))}"
 
 
+TABLE_EVIDENCE_FRAMES = 20  # frames per Wireshark command in the table (JSON and `show` have them all)
+
+
+def evidence_lines(record: dict, per_command: int = TABLE_EVIDENCE_FRAMES) -> list[str]:
+    """One Wireshark command per file holding evidence, each with at most ``per_command`` frames and
+    "... and N more" when the list was cut (here, or by the findings frame's cap)."""
+    lines = []
+    listed = sum(len(e["frames"]) for e in record.get("evidence") or [])
+    for e in record.get("evidence") or []:
+        shown = e["frames"][:per_command]
+        line = wireshark_command(e["file"], shown)
+        if len(e["frames"]) > len(shown):
+            line += f"  ... and {len(e['frames']) - len(shown)} more in this file"
+        lines.append(line)
+    beyond = (record.get("evidence_total") or 0) - listed
+    if beyond > 0:
+        lines.append(f"... and {beyond} more evidence frames (herdscope show {record['finding_id']} lists them all)")
+    return lines
+
+
 def _num(x) -> str:
     return "n/a" if x is None else f"{x:g}"
 
@@ -133,13 +186,38 @@ def _compact(console, group: list[dict]) -> None:
 
     kinds: dict[tuple, list[dict]] = {}
     for r in group:
-        kinds.setdefault((r["detector"], r["kind"]), []).append(r)
+        if not r.get("member_of"):  # members (--expand) are printed beneath their population
+            kinds.setdefault((r["detector"], r["kind"]), []).append(r)
     for (detector, kind), rows in kinds.items():
         for r in rows[:COMPACT_PER_KIND]:
-            console.print(f"  {esc(detector)}/{esc(kind)} {r['start_time']}: {esc(r['explanation'])}", highlight=False)
+            console.print(f"  {esc(detector)}/{esc(kind)}{esc(population_tag(r))} {r['start_time']}: "
+                          f"{esc(r['explanation'])}", highlight=False)
+            print_members(console, r, group)
         if len(rows) > COMPACT_PER_KIND:
             console.print(f"  [dim]... and {len(rows) - COMPACT_PER_KIND} more {esc(detector)}/{esc(kind)} "
                           f"(--format json lists them all)[/dim]")
+
+
+def population_tag(r: dict) -> str:
+    """What a listing adds to a population finding's title: how many findings it stands for."""
+    n = r.get("members") or 0
+    return f" [population of {n} findings]" if n else ""
+
+
+def print_members(console, population: dict, records: list[dict]) -> None:
+    """``--expand``: a population's members (those among ``records``), one line each, beneath it in
+    ``member_ids`` order (worst first); nothing for an ordinary finding or without --expand."""
+    from rich.markup import escape as esc
+
+    ids = population.get("member_ids") or []
+    if not ids:
+        return
+    by_id = {r["finding_id"]: r for r in records if r.get("member_of") == population["finding_id"]}
+    for fid in ids:
+        m = by_id.get(fid)
+        if m is not None:
+            console.print(f"    [dim]member {m['finding_id']} {m['severity']} {m['start_time']}:[/dim] "
+                          f"{esc(m['explanation'])}", highlight=False)
 
 
 def render_table(results: list[tuple[dict, list[dict]]], fail_on: str, console=None) -> None:
@@ -155,18 +233,30 @@ def render_table(results: list[tuple[dict, list[dict]]], fail_on: str, console=N
     for summary, records in results:
         files = ", ".join(summary["files"])
         counts = ", ".join(f"{n} {s}" for s, n in summary["findings"].items() if n) or "no findings"
-        console.print(f"[bold]{files}[/bold]: {summary['packets']:,} packets over {summary['duration_s']:.3f} s "
-                      f"({summary['first_time']} .. {summary['last_time']}), time resolution "
-                      f"{summary['ts_resolution_ns']:g} ns; detectors: {', '.join(summary['detectors'])}; {counts}")
+        console.print(f"[bold]{esc(files)}[/bold]: {counts}")
+        console.print(f"  {summary['packets']:,} packets over {summary['duration_s']:.3f} s "
+                      f"({summary['first_time']} .. {summary['last_time']})")
+        console.print(f"  time resolution {summary['ts_resolution_ns']:g} ns; "
+                      f"detectors: {', '.join(summary['detectors'])}")
+        sel = summary.get("selection")
+        if sel:
+            parts = [f"from {_iso(sel['start_ns'])}" if sel["start_ns"] is not None else "",
+                     f"to {_iso(sel['end_ns'])}" if sel["end_ns"] is not None else "",
+                     f"hosts {', '.join(sel['hosts'])}" if sel["hosts"] else "",
+                     f"ports {', '.join(map(str, sel['ports']))}" if sel["ports"] else ""]
+            console.print(f"  selected {sel['packets_selected']:,} of {sel['packets_total']:,} packets "
+                          f"({esc(' '.join(p for p in parts if p))})")
         for d in summary["damage"] or []:
-            console.print(f"[red]damage[/red] in {d['file']}: {d['reason']} at byte {d['offset']:,}")
+            where = f" at byte {d['offset']:,}" if d["offset"] is not None else ""
+            console.print(f"[red]damage[/red] in {esc(d['file'])}: {esc(d['reason'])}{where}")
+        members = [r for r in records if r.get("member_of")]  # --expand: shown beneath their population
         for severity in reversed(SEVERITIES):
-            group = [r for r in records if r["severity"] == severity]
+            group = [r for r in records if r["severity"] == severity and not r.get("member_of")]
             if not group:
                 continue
             console.rule(f"[{colours[severity]}]{severity} ({len(group)})")
             if SEVERITIES.index(severity) < SEVERITIES.index("medium"):
-                _compact(console, group)
+                _compact(console, group + members)
                 continue
             for r in group:
                 who = " ".join(x for x in (
@@ -178,35 +268,47 @@ def render_table(results: list[tuple[dict, list[dict]]], fail_on: str, console=N
                         f"{esc(r['metric'])} = {_num(r['value'])} {esc(r['unit'] or '')} "
                         f"(threshold {_num(r['threshold'])}); "
                         f"evidence {r['evidence_total']} frames[/dim]")
-                if r["evidence_frames"]:
-                    body += f"\n[dim]{esc(wireshark_command(summary['files'][0], r['evidence_frames'][:20]))}[/dim]"
-                console.print(Panel(body, title=esc(f"{r['detector']}/{r['kind']} {r['finding_id']}"),
+                for line in evidence_lines(r):
+                    body += f"\n[dim]{esc(line)}[/dim]"
+                console.print(Panel(body, title=esc(f"{r['detector']}/{r['kind']} {r['finding_id']}{population_tag(r)}"),
                                     title_align="left", border_style=colours[severity]))
+                print_members(console, r, members)
         console.print()
 
 
 def junit_xml(results: list[tuple[dict, list[dict]]], fail_on: str) -> str:
+    """JUnit XML that CI systems display: one test suite per capture, one test case per finding
+    (failing at or above ``fail_on``, passing below it, its text in ``system-out`` either way), and
+    a passing case for each detector that found nothing, so every run detector shows."""
     from detectors.base import SEVERITY_RANK
 
-    cases = []
-    failures = 0
+    suites, total_tests, total_failures = [], 0, 0
     for summary, records in results:
         label = "+".join(summary["files"])
+        cases, failures = [], 0
         for det in summary["detectors"]:
-            mine = [r for r in records if r["detector"] == det]
-            bad = [r for r in mine if SEVERITY_RANK[r["severity"]] >= SEVERITY_RANK[fail_on]]
-            case = f'  <testcase classname={quoteattr("herdscope." + det)} name={quoteattr(label)}>'
-            if bad:
-                failures += 1
-                text = "\n".join(f"[{r['severity']}] {r['explanation']} (frames {r['evidence_frames'][:10]})"
-                                 for r in bad)
-                case += (f'\n    <failure message={quoteattr(f"{len(bad)} finding(s) at or above {fail_on}")}>'
-                         f"{escape(text)}</failure>\n  ")
-            elif mine:
-                case += f"\n    <system-out>{escape(chr(10).join(r['explanation'] for r in mine))}</system-out>\n  "
-            cases.append(case + "</testcase>")
-    return (f'<?xml version="1.0" encoding="UTF-8"?>\n<testsuite name="herdscope" tests="{len(cases)}" '
-            f'failures="{failures}">\n' + "\n".join(cases) + "\n</testsuite>\n")
+            mine = [r for r in records if r["detector"] == det and not r.get("member_of")]  # members: --expand only
+            for r in mine:
+                text = "\n".join([r["explanation"], f"{r['start_time']} .. {r['end_time']}",
+                                  f"{r['metric']} = {_num(r['value'])} {r['unit'] or ''} "
+                                  f"(threshold {_num(r['threshold'])})", *evidence_lines(r)])
+                name = f"{r['kind']} {r['finding_id']} [{r['severity']}]: {r['resource'] or r['server'] or ''}"
+                case = f'  <testcase classname={quoteattr("herdscope." + det)} name={quoteattr(name)}>'
+                if SEVERITY_RANK[r["severity"]] >= SEVERITY_RANK[fail_on]:
+                    failures += 1
+                    message = f"{r['severity']} (at or above {fail_on}): {r['explanation'][:200]}"
+                    case += (f"\n    <failure message={quoteattr(message)} type={quoteattr(r['severity'])}>"
+                             f"{escape(text)}</failure>")
+                cases.append(case + f"\n    <system-out>{escape(text)}</system-out>\n  </testcase>")
+            if not mine:
+                cases.append(f'  <testcase classname={quoteattr("herdscope." + det)} '
+                             f'name={quoteattr("no findings")}/>')
+        total_tests += len(cases)
+        total_failures += failures
+        suites.append(f' <testsuite name={quoteattr("herdscope " + label)} tests="{len(cases)}" '
+                      f'failures="{failures}">\n' + "\n".join(cases) + "\n </testsuite>")
+    return (f'<?xml version="1.0" encoding="UTF-8"?>\n<testsuites name="herdscope" tests="{total_tests}" '
+            f'failures="{total_failures}">\n' + "\n".join(suites) + "\n</testsuites>\n")
 
 
 def render(results: list[tuple[dict, list[dict]]], findings: list[pl.DataFrame], fmt: str, fail_on: str) -> str | None:

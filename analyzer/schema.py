@@ -141,11 +141,18 @@ INTERFACE_COLUMNS: tuple[Column, ...] = (
     _col("section", np.uint16, "pcapng section number (0-based; 0 for pcap)"),
     _col("linktype", np.int32, "LINKTYPE_ value of the interface"),
     _col("snaplen", np.uint32, "snapshot length (0 = unlimited)"),
-    _col("ts_resolution_ns", np.float64, "timestamp resolution of the interface, ns per tick"),
+    _col("ts_resolution_ns", np.float64, "timestamp resolution the file declares for the interface, ns per "
+         "tick (pcap magic, pcapng if_tsresol)"),
     _col("ts_offset_s", np.int64, "if_tsoffset: seconds added to every timestamp"),
     _col("name", object, "if_name (or if_description) of the interface, when the file gives one",
          polars=pl.String),
     _col("linktype_name", object, "name of the link type, as capinfos prints it", polars=pl.String),
+    _col("effective_resolution_ns", np.float64, "the tick the interface's timestamps really have, ns: the "
+         "coarser of ts_resolution_ns and the tick inferred from the data (analyzer/resolution.py); "
+         "ts_resolution_ns when there are too few timestamps to tell"),
+    _col("effective_resolution_samples", np.int64, "nonzero differences between the interface's consecutive "
+         "packet timestamps the effective resolution was inferred from (fewer than "
+         "resolution.MIN_DIFFERENCES: not inferred)"),
 )
 
 FRAMES: dict[str, tuple[Column, ...]] = {

@@ -1,13 +1,23 @@
-"""Bytes of a capture file as one read-only NumPy array over a memory map.
+"""Bytes of a capture as one read-only NumPy array over a memory map.
 
-Gzip-compressed captures (``.pcap.gz`` is common in the wild) are recognised by their magic, not
-their name, and are decompressed in 1 MiB pieces into an unlinked temporary file that is then mapped:
-memory stays bounded whatever the size, and the rest of herdscope sees one buffer either way.
+A regular file is mapped as it is. Anything else that can be read — standard input (``-``), a pipe
+(``tcpdump -w - | herdscope scan -``), a FIFO, process substitution (``<(zcat x.pcap.gz)``),
+``/dev/stdin`` — is copied in :data:`PIECE_BYTES` pieces into an unlinked temporary file that is then
+mapped: the reader and the detectors need random access to the bytes, memory stays bounded whatever
+the size, and the temporary file goes away with the capture.
+
+Gzip-compressed captures (``.pcap.gz`` is common in the wild) are recognised by their magic, not their
+name, and are decompressed the same way, from a file or a pipe. A damaged gzip stream (a bad CRC,
+corrupt deflate data in the middle, a stream cut short) keeps every byte that decompressed before the
+damage, as tshark does, and says what was wrong in :attr:`CaptureBytes.gzip_damage`.
 """
 from __future__ import annotations
 
+import io
 import mmap
 import os
+import stat
+import sys
 import tempfile
 import zlib
 from dataclasses import dataclass, field
@@ -15,22 +25,34 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import UnreadableCapture
+from .formats import MAGIC_BYTES, is_capture_magic
 
 GZIP_MAGIC = b"\x1f\x8b"
-DECOMPRESS_PIECE_BYTES = 1 << 20
+STDIN = "-"  # the file name that means standard input
+STDIN_LABEL = "<stdin>"  # how messages name it
+PIECE_BYTES = 1 << 20  # read (and decompress into) pieces of this size: the bound on memory
+# Compressed bytes fed to zlib between two saved inflater states. When zlib reports damage, the
+# piece that failed is fed again one byte at a time from the saved state, so every byte that
+# decompresses before the damage is kept (at most this many single-byte calls, a few ms).
+INFLATE_STEP_BYTES = 1 << 16
 
 
 @dataclass
 class CaptureBytes:
-    """The bytes of one capture file. ``buf`` stays valid until :meth:`close`."""
+    """The bytes of one capture. ``buf`` stays valid until :meth:`close`."""
 
     path: str
     buf: np.ndarray  # uint8, read-only
     compressed: bool
-    file_size: int  # size of the file on disk (compressed size for gzip)
-    gzip_complete: bool = True  # False when the gzip stream ended early (data before the cut is kept)
+    file_size: int  # bytes of the input (on disk, or that arrived through the pipe; compressed size for gzip)
+    gzip_damage: str = ""  # why the gzip stream ended before its end ("" when it is whole)
+    spilled: bool = False  # read from a pipe / stdin into a temporary file
     _mmap: mmap.mmap | None = field(default=None, repr=False)
     _file: object = field(default=None, repr=False)
+
+    @property
+    def gzip_complete(self) -> bool:
+        return not self.gzip_damage
 
     def close(self) -> None:
         self.buf = np.empty(0, dtype=np.uint8)
@@ -56,53 +78,188 @@ def _map(fileobj) -> tuple[mmap.mmap | None, np.ndarray]:
     return mapped, np.frombuffer(mapped, dtype=np.uint8)
 
 
-def _decompress_to_temp(path: str):
-    """Decompress every gzip member of ``path`` into an unlinked temporary file.
+def _temp_file():
+    return tempfile.TemporaryFile(prefix="herdscope-", suffix=".pcap")
 
-    Returns (file, complete). A stream cut short keeps the bytes before the cut (the capture reader
-    then reports the truncated record); ``complete`` is False then.
-    """
-    tmp = tempfile.TemporaryFile(prefix="herdscope-", suffix=".pcap")
-    complete = False
-    with open(path, "rb") as src:
-        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+
+def _temp_failed(label: str, exc: OSError) -> UnreadableCapture:
+    return UnreadableCapture(f"{label}: cannot hold a temporary copy in {tempfile.gettempdir()} "
+                             f"({exc.strerror or exc}); set TMPDIR to a directory with room")
+
+
+class _Reader:
+    """A stream read in pieces of at most PIECE_BYTES, ``head`` (already read) first; counts bytes."""
+
+    def __init__(self, src, head: bytes, label: str):
+        self.src, self.head, self.label, self.bytes_read = src, head, label, len(head)
+
+    def __iter__(self):
+        if self.head:
+            yield self.head
+        while True:
+            try:
+                piece = self.src.read(PIECE_BYTES)
+            except OSError as exc:
+                raise UnreadableCapture(f"{self.label}: reading failed after {self.bytes_read:,} bytes "
+                                        f"({exc.strerror or exc})") from exc
+            if not piece:
+                return
+            self.bytes_read += len(piece)
+            yield piece
+
+
+def _spill(reader: _Reader):
+    """Copy a stream into an unlinked temporary file."""
+    try:
+        tmp = _temp_file()
+    except OSError as exc:
+        raise _temp_failed(reader.label, exc) from exc
+    try:
+        for piece in reader:
+            tmp.write(piece)
+        tmp.flush()
+    except OSError as exc:  # the reader's own failures are UnreadableCapture already
+        tmp.close()
+        raise _temp_failed(reader.label, exc) from exc
+    except BaseException:
+        tmp.close()
+        raise
+    return tmp
+
+
+def _inflate_into(inflater, data: bytes, tmp) -> None:
+    """Decompress ``data`` into ``tmp`` with output pieces bounded by PIECE_BYTES."""
+    out = inflater.decompress(data, PIECE_BYTES)
+    tmp.write(out)
+    while inflater.unconsumed_tail or len(out) == PIECE_BYTES:
+        out = inflater.decompress(inflater.unconsumed_tail, PIECE_BYTES)
+        if not out and not inflater.unconsumed_tail:
+            break
+        tmp.write(out)
+
+
+def _inflate_salvaging(inflater, data: bytes, tmp) -> tuple[str, int]:
+    """Feed ``data`` to ``inflater``. On damage keep what decompressed before it and return
+    (why, index of the damaged byte in ``data``); ("", 0) when all went well."""
+    saved, mark = inflater.copy(), tmp.tell()
+    try:
+        _inflate_into(inflater, data, tmp)
+        return "", 0
+    except zlib.error as exc:
+        reason = str(exc).removeprefix("Error -3 while decompressing data: ")
+    # Again from the saved state one byte at a time: everything before the damaged byte comes out.
+    tmp.seek(mark)
+    tmp.truncate()
+    for k in range(len(data)):
         try:
-            while piece := src.read(DECOMPRESS_PIECE_BYTES):
-                while piece:
-                    tmp.write(inflater.decompress(piece))
-                    if not inflater.eof:
-                        break
-                    piece = inflater.unused_data  # concatenated members (e.g. `cat a.gz b.gz`)
-                    if piece and not piece.startswith(GZIP_MAGIC):
-                        break  # trailing garbage after the last member: ignore, as gzip(1) warns
-                    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                    complete = not piece
-            complete = complete or inflater.eof
-        except zlib.error as exc:
-            if tmp.tell() == 0:
-                tmp.close()
-                raise UnreadableCapture(f"{path}: not a readable gzip file ({exc})") from exc
-    tmp.write(inflater.flush() if not inflater.eof else b"")
-    tmp.flush()
-    tmp.seek(0)
-    return tmp, complete
+            _inflate_into(saved, data[k:k + 1], tmp)
+        except zlib.error:
+            return reason, k
+    return reason, len(data)
+
+
+def _decompress(reader: _Reader):
+    """Decompress every gzip member of a stream into an unlinked temporary file.
+
+    Returns (file, damage): damage ("" if none) says what stopped decompression early (a bad CRC,
+    corrupt data, a stream cut short); the bytes that decompressed before it are in the file. Bytes
+    after the last member that do not start another member are ignored, as gzip(1) does.
+    """
+    try:
+        tmp = _temp_file()
+    except OSError as exc:
+        raise _temp_failed(reader.label, exc) from exc
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    used = 0  # compressed bytes consumed by finished steps
+    fed = False  # the current member has been given bytes
+    damage = ""
+    junk = False  # bytes after the last member that start no other member
+    try:
+        for piece in reader:
+            pos = 0
+            while pos < len(piece) and not damage and not junk:
+                step = piece[pos:pos + INFLATE_STEP_BYTES]
+                fed = True
+                reason, at = _inflate_salvaging(inflater, step, tmp)
+                if reason:
+                    damage = f"the gzip stream is damaged at compressed byte {used + pos + at:,} ({reason})"
+                elif inflater.eof:  # a member ended in this step: another member or trailing junk follows
+                    pos += len(step) - len(inflater.unused_data)
+                    inflater, fed = zlib.decompressobj(16 + zlib.MAX_WBITS), False
+                    junk = not GZIP_MAGIC.startswith(piece[pos:pos + 2])
+                else:
+                    pos += len(step)
+            if damage or junk:
+                break
+            used += len(piece)
+    except OSError as exc:
+        tmp.close()
+        raise _temp_failed(reader.label, exc) from exc
+    except BaseException:
+        tmp.close()
+        raise
+    if not damage and fed and not inflater.eof:
+        damage = "the gzip stream is cut short"
+    if damage and tmp.tell() == 0:
+        tmp.close()
+        raise UnreadableCapture(f"{reader.label}: not a readable gzip file ({damage})")
+    try:
+        tmp.flush()
+    except OSError as exc:
+        tmp.close()
+        raise _temp_failed(reader.label, exc) from exc
+    return tmp, damage
+
+
+def _open_source(path: str):
+    """(file object, label, is a regular file) for ``path`` or ``-``."""
+    if path == STDIN:
+        return sys.stdin.buffer, STDIN_LABEL, False
+    try:
+        fileobj = open(path, "rb")
+    except IsADirectoryError as exc:
+        raise UnreadableCapture(f"{path}: is a directory, not a capture file") from exc
+    except OSError as exc:
+        raise UnreadableCapture(f"{path}: {(exc.strerror or str(exc)).lower()}") from exc
+    mode = os.fstat(fileobj.fileno()).st_mode
+    if stat.S_ISDIR(mode):
+        fileobj.close()
+        raise UnreadableCapture(f"{path}: is a directory, not a capture file")
+    return fileobj, path, stat.S_ISREG(mode)
 
 
 def open_bytes(path: str | os.PathLike) -> CaptureBytes:
-    """Map ``path`` (decompressing gzip) and return its bytes. Raises :class:`UnreadableCapture`."""
+    """Map ``path`` (``-`` for standard input; gzip is decompressed) and return its bytes.
+
+    Raises :class:`UnreadableCapture` when it cannot be opened or nothing can be read from it.
+    """
     path = os.fspath(path)
+    src, label, regular = _open_source(path)
+    fileobj = None
     try:
-        fileobj = open(path, "rb")
-    except OSError as exc:
-        raise UnreadableCapture(f"{path}: {exc.strerror or exc}") from exc
-    if os.path.isdir(path):
-        fileobj.close()
-        raise UnreadableCapture(f"{path}: is a directory")
-    file_size = os.fstat(fileobj.fileno()).st_size
-    compressed = fileobj.read(2) == GZIP_MAGIC
-    gzip_complete = True
-    if compressed:
-        fileobj.close()
-        fileobj, gzip_complete = _decompress_to_temp(path)
-    mapped, buf = _map(fileobj)
-    return CaptureBytes(path, buf, compressed, file_size, gzip_complete, mapped, fileobj)
+        try:
+            head = src.read(MAGIC_BYTES)
+        except OSError as exc:
+            raise UnreadableCapture(f"{label}: {(exc.strerror or str(exc)).lower()}") from exc
+        reader = _Reader(src, head, label)
+        compressed = head.startswith(GZIP_MAGIC)
+        size = os.fstat(src.fileno()).st_size if regular else 0
+        damage = ""
+        if compressed:
+            fileobj, damage = _decompress(reader)
+        elif regular:
+            fileobj = src
+        elif is_capture_magic(head):
+            fileobj = _spill(reader)
+        else:  # not a capture: read no further (it may be /dev/zero); the reader says what it is
+            fileobj = _spill(_Reader(io.BytesIO(), head, label))
+        size = size or reader.bytes_read
+        mapped, buf = _map(fileobj)
+    except BaseException:
+        if fileobj is not None and fileobj is not src:
+            fileobj.close()
+        raise
+    finally:
+        if fileobj is not src and src is not sys.stdin.buffer:
+            src.close()
+    return CaptureBytes(label, buf, compressed, size, damage, not regular, mapped, fileobj)

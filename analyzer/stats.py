@@ -2,14 +2,29 @@
 but for DNS, Kerberos, LDAP and SMB2 together, and with what tshark's SRT leaves out: SMB2
 STATUS_PENDING waits (interim → final response) and oplock/lease break acknowledgments.
 
-One row per (protocol, operation): ``count`` requests, ``answered``, ``unanswered``, ``errors``
-(the protocol's own notion, ``is_error``), and the latency of answered ones in ns: ``min``, ``p50``,
-``p90``, ``p99``, ``max``, ``mean``. Quantiles use the "higher" rule (an observed value, never an
-interpolation). SMB2 CANCEL (never answered) and unanswered CHANGE_NOTIFY (pending by design) are
-left out. Extra operations: ``smb2 / STATUS_PENDING wait`` (the wait between the interim and
-the final response of requests that went pending; CHANGE_NOTIFY waits, pending by design, have a row
-of their own) and ``smb2 / oplock break ack`` / ``lease break ack``
-(notification → acknowledgment; an unacknowledged break counts as unanswered).
+One row per (protocol, operation, leg), and per server or per client with ``by``: ``count``
+requests, ``answered``, ``unanswered``, ``errors`` (the protocol's own notion, ``is_error``: see
+:func:`outcome_rules`), and the latency of answered ones in ns: ``min``, ``p50``, ``p90``, ``p99``,
+``max`` (integers: quantiles use the "higher" rule, an observed value, never an interpolation) and
+``mean``. SMB2 CANCEL (never answered) and unanswered CHANGE_NOTIFY (pending by design) are left out.
+Extra operations: ``smb2 / STATUS_PENDING wait`` (the wait between the interim and the final response
+of requests that went pending; CHANGE_NOTIFY waits, pending by design, have a row of their own) and
+``smb2 / oplock break ack`` / ``lease break ack`` (notification → acknowledgment; an unacknowledged
+break counts as unanswered).
+
+**Legs.** A caching or forwarding DNS resolver's upstream queries are not its clients' latency, so
+DNS rows are split by ``leg``. A *resolver* is an address that answered at least one standard query
+(opcode QUERY) on port 53 and itself sent a standard query to another address's port 53 within the
+capture. A DNS transaction sent by a resolver is ``resolver_to_upstream``; one sent to a resolver
+``client_to_resolver``; any other ``direct`` (no forwarding seen: an authoritative server, or a
+resolver whose upstream traffic is not in the capture). Zone maintenance between authoritative
+servers (NOTIFY, UPDATE and the other opcodes; SOA, AXFR and IXFR queries, :data:`ZONE_QTYPES`) does
+not make an address a resolver, but is labelled by the same rule. ``leg`` is null for Kerberos, LDAP
+and SMB2.
+
+Output columns (:data:`STAT_COLUMNS`, the stable keys of ``--format json`` and the header of
+``--format csv``): ``protocol, operation, leg, server, client`` then the values; ``server`` / ``client``
+are null unless the rows are broken down by them.
 """
 from __future__ import annotations
 
@@ -18,8 +33,19 @@ import polars as pl
 from .decoders.common import COMMON_NAMES
 
 PROTOCOLS = ("dns", "kerberos", "ldap", "smb2")
-STAT_COLUMNS = ("protocol", "operation", "count", "answered", "unanswered", "errors", "min", "p50", "p90",
-                "p99", "max", "mean")
+PROTOCOL_NAMES = {"dns": "DNS", "kerberos": "Kerberos", "ldap": "LDAP", "smb2": "SMB2"}
+LEGS = ("client_to_resolver", "resolver_to_upstream", "direct")
+BY_CHOICES = ("server", "client")
+KEY_COLUMNS = ("protocol", "operation", "leg", "server", "client")
+LATENCY_COLUMNS = ("min", "p50", "p90", "p99", "max")
+VALUE_COLUMNS = ("count", "answered", "unanswered", "errors") + LATENCY_COLUMNS + ("mean",)
+STAT_COLUMNS = KEY_COLUMNS + VALUE_COLUMNS
+DNS_PORT = 53  # RFC 1035 §4.2
+# queries a secondary authoritative server sends its primary (RFC 1034 §4.3.5 refresh, RFC 5936, RFC 1995):
+# no evidence of a resolver
+ZONE_QTYPES = ("SOA", "AXFR", "IXFR")
+_SCHEMA = {c: pl.String for c in KEY_COLUMNS} | {c: pl.UInt32 for c in ("count", "answered", "unanswered", "errors")} \
+    | {c: pl.Int64 for c in LATENCY_COLUMNS} | {"mean": pl.Float64}
 
 
 def latency_stats(frame: pl.DataFrame, keys: list[str], latency: str, answered: str, errors: pl.Expr) -> pl.DataFrame:
@@ -29,11 +55,11 @@ def latency_stats(frame: pl.DataFrame, keys: list[str], latency: str, answered: 
         pl.col(answered).sum().cast(pl.UInt32).alias("answered"),
         (~pl.col(answered)).sum().cast(pl.UInt32).alias("unanswered"),
         errors.sum().cast(pl.UInt32).alias("errors"),
-        lat.min().alias("min"),
-        lat.quantile(0.5, "higher").alias("p50"),
-        lat.quantile(0.9, "higher").alias("p90"),
-        lat.quantile(0.99, "higher").alias("p99"),
-        lat.max().alias("max"),
+        lat.min().cast(pl.Int64).alias("min"),
+        lat.quantile(0.5, "higher").cast(pl.Int64).alias("p50"),
+        lat.quantile(0.9, "higher").cast(pl.Int64).alias("p90"),
+        lat.quantile(0.99, "higher").cast(pl.Int64).alias("p99"),
+        lat.max().cast(pl.Int64).alias("max"),
         lat.mean().alias("mean"),
     )
 
@@ -48,23 +74,79 @@ def expected_requests(frame: pl.DataFrame) -> pl.DataFrame:
     return frame
 
 
-def transactions(cap) -> pl.DataFrame:
-    """The common columns of every protocol's transaction frame, stacked (requests that expect an answer)."""
+def _text_columns(frame: pl.DataFrame, names=("transport", "client", "server")) -> pl.DataFrame:
+    """Enum/categorical address columns as text, so frames of different protocols stack."""
+    return frame.with_columns(pl.col(c).cast(pl.String) for c in names if c in frame.columns)
+
+
+def protocol_transactions(cap) -> list[tuple[str, pl.DataFrame]]:
+    """(protocol, its requests that expect an answer, common columns in their own dtypes) for every
+    protocol with transactions in the capture."""
     names = set(cap.frame_names())
-    frames = [expected_requests(cap.frame(f"{p}_transactions")).select(COMMON_NAMES)
+    frames = [(p, expected_requests(cap.frame(f"{p}_transactions")).select(COMMON_NAMES))
               for p in PROTOCOLS if f"{p}_transactions" in names]
-    frames = [f for f in frames if f.height]
+    return [(p, f) for p, f in frames if f.height]
+
+
+def transactions(cap) -> pl.DataFrame:
+    """The common columns of every protocol's transaction frame, stacked (requests that expect an answer;
+    addresses as text)."""
+    frames = [_text_columns(f) for _, f in protocol_transactions(cap)]
     if not frames:
         return pl.DataFrame()
-    return pl.concat([f.with_columns(pl.col("transport").cast(pl.String)) for f in frames], how="vertical_relaxed")
+    return pl.concat(frames, how="vertical_relaxed")
 
 
-def service_response_times(cap) -> pl.DataFrame:
+def _standard_query() -> pl.Expr:
+    """DNS transactions of opcode QUERY: ``operation`` is then the qtype name (or QUERY without a
+    question); other opcodes are named by the opcode (analyzer.decoders.dns)."""
+    from .decoders.dns import OPCODES
+
+    others = [name for code, name in OPCODES.items() if code != 0]
+    return ~pl.col("operation").is_in(others) & ~pl.col("operation").str.starts_with("OPCODE")
+
+
+def resolvers(tx: pl.DataFrame) -> pl.Series:
+    """Addresses seen both answering DNS queries on port 53 and sending queries to another address's
+    port 53 (caching/forwarding resolvers), from DNS transactions (or :func:`transactions`)."""
+    if tx.height == 0:
+        return pl.Series("address", [], pl.String)
+    # one row per client, server and operation first: the rules then run on a handful of rows
+    pairs = _text_columns(
+        tx.filter((pl.col("protocol") == "dns") & (pl.col("server_port") == DNS_PORT))
+        .group_by("client", "server", "operation").agg(pl.col("answered").any())
+    ).filter(_standard_query().fill_null(True))
+    served = pairs.filter(pl.col("answered")).select(pl.col("server").alias("address")).unique()
+    asks = pairs.filter((pl.col("client") != pl.col("server")) & ~pl.col("operation").is_in(ZONE_QTYPES)) \
+        .select(pl.col("client").alias("address")).unique()
+    return served.join(asks, on="address", how="semi").sort("address")["address"]
+
+
+def _leg_code(found: list[str]) -> pl.Expr:
+    """The leg of each transaction as its index in :data:`LEGS` (null outside DNS), given the resolvers
+    ``found``: integers while 1M rows are labelled and grouped, names on the aggregated rows."""
+    client_is, server_is = pl.col("client").is_in(found), pl.col("server").is_in(found)
+    return (pl.when(pl.col("protocol") != "dns").then(pl.lit(None, pl.UInt8))
+            .when(client_is & (pl.col("client") != pl.col("server"))).then(pl.lit(LEGS.index("resolver_to_upstream")))
+            .when(server_is).then(pl.lit(LEGS.index("client_to_resolver")))
+            .otherwise(pl.lit(LEGS.index("direct"))).cast(pl.UInt8))
+
+
+def _leg_names(codes: pl.Expr) -> pl.Expr:
+    return codes.replace_strict(list(range(len(LEGS))), list(LEGS), default=None, return_dtype=pl.String)
+
+
+def with_legs(tx: pl.DataFrame) -> pl.DataFrame:
+    """``tx`` (DNS transactions, or :func:`transactions`) with ``leg``: DNS rows labelled as the module
+    doc says, others null."""
+    if tx.height == 0:
+        return tx.with_columns(pl.lit(None, pl.String).alias("leg"))
+    return tx.with_columns(_leg_names(_leg_code(resolvers(tx).to_list())).alias("leg"))
+
+
+def _smb2_extra_rows(cap, keys: list[str]) -> list[pl.DataFrame]:
+    """STATUS_PENDING waits and break acknowledgments, as rows of their own (module doc)."""
     parts = []
-    tx = transactions(cap)
-    if tx.height:
-        parts.append(latency_stats(tx, ["protocol", "operation"], "latency_ns", "answered",
-                                    pl.col("is_error").fill_null(False)))
     names = set(cap.frame_names())
     if "smb2_transactions" in names:
         smb = cap.frame("smb2_transactions")
@@ -77,32 +159,142 @@ def service_response_times(cap) -> pl.DataFrame:
                 label = pl.when(by_design).then(pl.lit("CHANGE_NOTIFY wait (by design)")) \
                     .otherwise(pl.lit("STATUS_PENDING wait"))
                 parts.append(latency_stats(
-                    pending.with_columns(pl.lit("smb2").alias("protocol"), label.alias("operation"),
-                                         pl.col("pending_ns").is_not_null().alias("_done")),
-                    ["protocol", "operation"], "pending_ns", "_done", pl.lit(False)))
+                    _text_columns(pending).with_columns(
+                        pl.lit("smb2").alias("protocol"), label.alias("operation"),
+                        pl.lit(None, pl.UInt8).alias("leg"), pl.col("pending_ns").is_not_null().alias("_done")),
+                    keys, "pending_ns", "_done", pl.lit(False)))
     if "smb2_breaks" in names:
         breaks = cap.frame("smb2_breaks")
         lat = next((c for c in ("ack_latency_ns", "ack_ns") if c in breaks.columns), None)
         kind = next((c for c in ("break_kind", "kind") if c in breaks.columns), None)
         if "ack_required" in breaks.columns:  # level II oplock breaks are not acknowledged (3.3.4.6)
             breaks = breaks.filter(pl.col("ack_required"))
-        if breaks.height and lat:
+        if breaks.height and lat and all(k in breaks.columns for k in keys if k in BY_CHOICES):
             label = (pl.when(pl.col(kind).cast(pl.String).str.contains("lease")).then(pl.lit("lease break ack"))
                      .otherwise(pl.lit("oplock break ack"))) if kind else pl.lit("break ack")
             parts.append(latency_stats(
-                breaks.with_columns(pl.lit("smb2").alias("protocol"), label.alias("operation"),
-                                    pl.col(lat).is_not_null().alias("_acked")),
-                ["protocol", "operation"], lat, "_acked", pl.lit(False)))
+                _text_columns(breaks).with_columns(
+                    pl.lit("smb2").alias("protocol"), label.alias("operation"),
+                    pl.lit(None, pl.UInt8).alias("leg"), pl.col(lat).is_not_null().alias("_acked")),
+                keys, lat, "_acked", pl.lit(False)))
+    return parts
+
+
+def service_response_times(cap, by: str | None = None) -> pl.DataFrame:
+    """One row per (protocol, operation, leg), and per ``by`` (``"server"`` or ``"client"``, the
+    address) when given: the columns ``protocol, operation, leg, [by]`` then :data:`VALUE_COLUMNS`."""
+    if by is not None and by not in BY_CHOICES:
+        raise ValueError(f"by: expected one of {', '.join(BY_CHOICES)}, not {by!r}")
+    keys = ["protocol", "operation", "leg"] + ([by] if by else [])
+    parts = []
+    for protocol, tx in protocol_transactions(cap):  # aggregated apart: addresses stay in their own dtypes
+        found = resolvers(tx).to_list() if protocol == "dns" else []
+        parts.append(latency_stats(tx.with_columns(_leg_code(found).alias("leg")), keys, "latency_ns", "answered",
+                                   pl.col("is_error").fill_null(False)))
+    parts += _smb2_extra_rows(cap, keys)
+    columns = keys + list(VALUE_COLUMNS)
     if not parts:
-        return pl.DataFrame(schema={c: (pl.String if c in ("protocol", "operation") else pl.Float64)
-                                    for c in STAT_COLUMNS})
+        return pl.DataFrame(schema={c: _SCHEMA[c] for c in columns})
+    out = pl.concat([p.with_columns(_leg_names(pl.col("leg"))).select(columns).cast({c: _SCHEMA[c] for c in columns})
+                     for p in parts], how="vertical_relaxed")
     order = {p: k for k, p in enumerate(PROTOCOLS)}
-    out = pl.concat([p.select(STAT_COLUMNS) for p in parts], how="vertical_relaxed")
-    return out.with_columns(pl.col("protocol").replace_strict(order, default=99).alias("_o")) \
-        .sort("_o", "count", descending=[False, True]).drop("_o")
+    legs = {leg: k for k, leg in enumerate(LEGS)}
+    out = out.with_columns(pl.col("protocol").replace_strict(order, default=len(order)).alias("_o"),
+                           pl.col("leg").replace_strict(legs, default=len(legs)).alias("_l"))
+    sort = ["_o", "_l"] + ([by] if by else []) + ["count", "operation"]
+    return out.sort(sort, descending=[c == "count" for c in sort], nulls_last=True).drop("_o", "_l")
+
+
+def records(stats: pl.DataFrame) -> pl.DataFrame:
+    """``stats`` with every :data:`STAT_COLUMNS` column, in that order (null where not broken down):
+    the stable shape of the JSON rows and CSV lines."""
+    return stats.with_columns(pl.lit(None, _SCHEMA[c]).alias(c) for c in STAT_COLUMNS
+                              if c not in stats.columns).select(STAT_COLUMNS)
+
+
+def csv_text(stats: pl.DataFrame, file: str, header: bool) -> str:
+    """CSV lines (RFC 4180, comma-separated, nulls empty) of ``stats`` with a leading ``file`` column."""
+    return records(stats).select(pl.lit(file).alias("file"), pl.all()).write_csv(include_header=header)
+
+
+def no_transactions_message(path: str, cap) -> str:
+    packets = cap.packets.height if getattr(cap, "packets", None) is not None else 0
+    names = ", ".join(PROTOCOL_NAMES[p] for p in PROTOCOLS[:-1]) + f" or {PROTOCOL_NAMES[PROTOCOLS[-1]]}"
+    return f"{path}: no {names} requests in its {packets:,} packets: no response times to report"
+
+
+# -- what counts as an error, and as unanswered -------------------------------------------------------
+
+def outcome_rules() -> list[tuple[str, str, str]]:
+    """(protocol, what counts as an error, when a request counts as unanswered), read from the decoders'
+    code tables and parameters (analyzer/decoders/*: the rules live there; this is their summary for
+    ``stats --help`` and the README, which tests/test_stats.py holds to this text)."""
+    from detectors.base import fmt_ns
+
+    from .decoders import dns, kerberos, ldap, ntstatus
+
+    def names(table, codes, conjunction="or"):
+        named = [f"{table[c]} ({c})" for c in codes]
+        return ", ".join(named[:-1]) + f" {conjunction} " + named[-1] if len(named) > 1 else "".join(named)
+
+    def dur(ns):
+        return fmt_ns(ns).replace(" ", "\u00a0")  # a value and its unit stay on one line when wrapped
+
+    dp, kp = dns.Params(), kerberos.Params()
+    late = (f"a response more than {dur(dp.timeout_ns)} after the latest query does not count" if dp.timeout_ns
+            else "an answer counts however late it comes, as in tshark's dns.time and -z\u00a0dns,tree")
+    no_reply = [ldap.OPERATIONS[c] for c in ldap.NO_RESPONSE_OPS]
+    more = ntstatus.STATUS_MORE_PROCESSING_REQUIRED
+    return [
+        ("dns",
+         f"an answer whose RCODE is not {names(dns.RCODES, dns.NON_ERROR_RCODES)}: NXDOMAIN is an answer "
+         f"(the name does not exist), while SERVFAIL, REFUSED, FORMERR, NOTIMP and the rest are errors.",
+         f"no response with the query's transport, addresses, ports, id and question before the capture ends "
+         f"or the same query opens a new transaction (sent again {dur(dp.retransmission_window_ns)} or more "
+         f"after the first, Wireshark's dns.retransmission_timer; repeats sooner are retries of the same "
+         f"request); {late}."),
+        ("kerberos",
+         f"a KRB-ERROR reply, except {names(kerberos.ERROR_CODES, kerberos._CONTINUE_ERRORS, 'and')} when the client "
+         f"goes on with the next step (pre-authentication, TCP) within {dur(kp.login_window_ns)}: that step is "
+         f"the protocol working. A PREAUTH_REQUIRED nobody follows up is an error.",
+         f"no AS-REP, TGS-REP or KRB-ERROR on the request's flow within {dur(kp.timeout_ns)} of it."),
+        ("ldap",
+         f"a resultCode other than {names(ldap.RESULT_CODES, ldap.NOT_ERRORS)}: noSuchObject, "
+         f"invalidCredentials, busy and the rest are errors.",
+         f"no response with the request's messageID on its connection before the capture ends (no time limit: "
+         f"persistent and paged searches run for hours); {' and '.join(no_reply)} expect no response and are "
+         f"not counted."),
+        ("smb2",
+         f"a final response whose NTSTATUS has error severity (0xC0000000 and above), except "
+         f"{ntstatus.NTSTATUS[more]} (0x{more:08X}), a step of SESSION_SETUP; "
+         f"warnings (STATUS_BUFFER_OVERFLOW, STATUS_NO_MORE_FILES) are not errors. STATUS_PENDING is an "
+         f"interim response, not the result: the final response counts, and the wait from interim to final "
+         f"has a row of its own.",
+         "no final response with the request's MessageId on its connection before the capture ends (no time "
+         "limit). CANCEL (never answered) and unanswered CHANGE_NOTIFY (pending by design) are not counted; a "
+         "break that needs an acknowledgment and gets none is an unanswered break ack."),
+    ]
+
+
+def outcome_help() -> str:
+    """:func:`outcome_rules` as paragraphs of the ``stats --help`` text."""
+    lines = []
+    for protocol, errors, unanswered in outcome_rules():
+        lines.append(f"{PROTOCOL_NAMES[protocol]} errors: {errors}")
+        lines.append(f"{PROTOCOL_NAMES[protocol]} unanswered: {unanswered}")
+    lines.append("Any protocol: a request sent shortly before the capture ends counts as unanswered too.")
+    return "\n\n".join(lines)
+
+
+LEG_TITLES = {"client_to_resolver": "clients → resolvers (leg client_to_resolver)",
+              "resolver_to_upstream": "resolvers → their upstream servers (leg resolver_to_upstream)",
+              "direct": "no forwarding seen (leg direct)"}
 
 
 def render_table(stats: pl.DataFrame, title: str, console=None) -> None:
+    """``stats`` for a terminal: one table per protocol and leg (the group in its title), so the
+    columns left are the operation, the --by address and the numbers."""
+    from rich import box
     from rich.table import Table
 
     from detectors.base import fmt_ns
@@ -110,12 +302,19 @@ def render_table(stats: pl.DataFrame, title: str, console=None) -> None:
     from .render import console as make_console
 
     console = console or make_console()
-    t = Table(title=title, title_justify="left")
-    for col in ("protocol", "operation", "count", "answered", "unanswered", "errors", "min", "p50", "p90",
-                "p99", "max"):
-        t.add_column(col, justify="left" if col in ("protocol", "operation") else "right")
-    for r in stats.iter_rows(named=True):
-        t.add_row(r["protocol"], r["operation"], f"{r['count']:,}", f"{r['answered']:,}", f"{r['unanswered']:,}",
-                  f"{r['errors']:,}", *(fmt_ns(r[c]) if r[c] is not None else "-" for c in
-                                        ("min", "p50", "p90", "p99", "max")))
-    console.print(t)
+    console.print(title, highlight=False)
+    shown = [c for c in ("operation", "server", "client") if c in stats.columns]
+    columns = shown + list(VALUE_COLUMNS[:-1])
+    groups = stats.select("protocol", "leg").unique(maintain_order=True).iter_rows()
+    for protocol, leg in groups:  # a handful: one per protocol and leg
+        rows = stats.filter((pl.col("protocol") == protocol) & pl.col("leg").eq_missing(leg))
+        name = PROTOCOL_NAMES.get(protocol, protocol)
+        t = Table(title=f"{name}: {LEG_TITLES.get(leg, leg)}" if leg else name, title_justify="left",
+                  box=box.SIMPLE_HEAD, pad_edge=False)
+        for col in columns:  # names and addresses fold rather than lose their ends
+            t.add_column(col, justify="left" if col in shown else "right", overflow="fold" if col in shown else None)
+        for r in rows.select(columns).iter_rows(named=True):  # one row per stats line, not per transaction
+            t.add_row(*(r[c] if r[c] is not None else "-" for c in shown),
+                      *(f"{r[c]:,}" for c in ("count", "answered", "unanswered", "errors")),
+                      *(fmt_ns(r[c]) if r[c] is not None else "-" for c in LATENCY_COLUMNS))
+        console.print(t)

@@ -6,15 +6,21 @@ Keys of :func:`summarize` (the ``herdscope info --format json`` object, one per 
 pcapng custom/journal records Wireshark numbers), ``bytes`` (sum of captured lengths), ``wire_bytes``
 (sum of original lengths), ``first_ts`` / ``last_ts`` (earliest / latest packet time, integer ns since the
 Unix epoch, null without packets), ``first_time`` / ``last_time`` (the same as ISO 8601 UTC text),
-``duration_s``, ``ts_resolution_ns`` (finest interface resolution), ``link_types`` (list of
-``{linktype, name, packets}``), ``interfaces`` (list of ``{iface, name, linktype, snaplen,
-ts_resolution_ns}``), ``protocols`` (``{transport: {service: packets}}`` guessed by well-known ports),
+``duration_s``, ``ts_resolution_ns`` (finest declared interface resolution: the file header's),
+``effective_resolution_ns`` (the tick the timestamps really have, inferred from them: the coarsest
+among the interfaces carrying packets, what durations are limited by; see analyzer/resolution.py),
+``effective_resolution_samples`` (the fewest nonzero timestamp differences an interface carrying
+packets has: below ``resolution.MIN_DIFFERENCES`` the tick could not be inferred and the declared one
+stands), ``link_types`` (list of ``{linktype, name, packets}``), ``interfaces`` (list of ``{iface, name,
+linktype, snaplen, ts_resolution_ns, effective_resolution_ns, effective_resolution_samples}``),
+``protocols`` (``{transport: {service: packets}}`` guessed by well-known ports),
 ``parse_status`` (``{status: packets}``), ``skipped`` (``{total, reasons: {reason: n}}``: records that got
 no row, incl. a cut-short last record), ``damage`` (null, or ``{reason, offset, bytes_not_read}`` when
 reading stopped before the end or the gzip stream was cut short; offset may then be null), ``events`` (``{name: n}``: timestamps going backwards, skipped
 non-packet blocks, sections ...), ``tcp`` (``{connections, states: {conn_state: n}, segments,
 retransmissions, fast_retransmissions, spurious_retransmissions, zero_windows, duplicate_acks,
-lost_segments, handshake_rtt_ns: {n, median, p99}}``).
+lost_segments, handshake_rtt_ns: {n, median, p99}}``; the RTTs as measured, so a median of 0 on a
+10 ms tick means "below the tick": ``herdscope info`` prints it so).
 """
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ import polars as pl
 
 from .capture import Capture
 from .kernels import records as rk
+from .resolution import capture_tick
 
 # Well-known ports → service names, as tshark's port tables name them.
 SERVICES = {
@@ -109,6 +116,14 @@ def tcp_totals(cap: Capture) -> dict:
     }
 
 
+def _fewest_samples(ifaces: pl.DataFrame) -> int:
+    """The weakest evidence for the effective tick: the fewest nonzero timestamp differences among the
+    interfaces that carry packets (0 without packets)."""
+    samples = ifaces["effective_resolution_samples"] if ifaces.height else None
+    used = samples.filter(samples > 0) if samples is not None else None
+    return int(used.min()) if used is not None and used.len() else 0
+
+
 def summarize(cap: Capture) -> dict:
     p = cap.packets
     report = cap.report
@@ -142,17 +157,21 @@ def summarize(cap: Capture) -> dict:
         "last_time": _iso(last),
         "duration_s": (last - first) / 1e9 if p.height else 0.0,
         "ts_resolution_ns": float(ifaces["ts_resolution_ns"].min()) if ifaces.height else None,
+        "effective_resolution_ns": capture_tick(ifaces),
+        "effective_resolution_samples": _fewest_samples(ifaces),
         "link_types": [{"linktype": int(a), "name": b, "packets": int(c)} for a, b, c in link_counts.iter_rows()],
         "interfaces": [
             {"iface": int(r["iface"]), "name": r["name"], "linktype": int(r["linktype"]),
-             "snaplen": int(r["snaplen"]), "ts_resolution_ns": float(r["ts_resolution_ns"])}
+             "snaplen": int(r["snaplen"]), "ts_resolution_ns": float(r["ts_resolution_ns"]),
+             "effective_resolution_ns": float(r["effective_resolution_ns"]),
+             "effective_resolution_samples": int(r["effective_resolution_samples"])}
             for r in ifaces.iter_rows(named=True)
         ],
         "protocols": protocols(p),
         "parse_status": report.parse_status,
         "skipped": {"total": sum(skipped_reasons.values()), "reasons": skipped_reasons},
         "damage": None if report.stop_offset is None and not report.gzip_truncated else {
-            "reason": report.stop + ("; the gzip stream is cut short" if report.gzip_truncated else ""),
+            "reason": report.damage,
             "offset": report.stop_offset, "bytes_not_read": report.bytes_not_read},
         "events": events,
         "tcp": tcp_totals(cap),

@@ -189,15 +189,14 @@ def service_response_times(key: tuple, _cap) -> pl.DataFrame:
 
 def parse_overrides(text: str) -> dict[str, str]:
     """``detector.param=value`` lines (blank lines and ``#`` comments ignored)."""
+    from detectors.params import parse_assignment
+
     out = {}
     for line in (text or "").splitlines():
         line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        name, sep, value = line.partition("=")
-        if not sep or "." not in name:
-            raise ValueError(f"{line!r}: expected DETECTOR.PARAMETER=VALUE")
-        out[name.strip()] = value.strip()
+        if line:
+            key, value = parse_assignment(line, "line")
+            out[key] = value
     return out
 
 
@@ -206,26 +205,24 @@ def findings(key: tuple, _cap, overrides_json: str = "{}") -> tuple[pl.DataFrame
     """(findings, detector → error message for those that failed, the detectors run). Each detector
     runs on its own so one failing does not hide the others' findings."""
     import detectors
-    from detectors.base import FINDINGS_SCHEMA, empty_findings
+    from detectors.params import make_params
 
     overrides = json.loads(overrides_json)
     names = list(detectors.available())
-    frames, errors = [], {}
-    for name in names:
-        mine = {k: v for k, v in overrides.items() if k.partition(".")[0] == name}
-        try:
-            frames.append(detectors.run(_cap, only=[name], overrides=mine))
-        except detectors.ParameterError as exc:
-            errors[name] = f"bad parameter: {exc}"
-        except Exception as exc:  # noqa: BLE001 - shown beside the other detectors' findings
-            log.exception("detector %s", name)
-            errors[name] = f"{type(exc).__name__}: {exc}"
-    unknown = sorted({k.partition(".")[0] for k in overrides} - set(names))
+    errors: dict[str, str] = {}
+    modules = {**detectors.available(), detectors.population.NAME: detectors.population}
+    unknown = sorted({k.partition(".")[0] for k in overrides} - set(modules))
     if unknown:
         errors["overrides"] = f"no detector named {', '.join(unknown)} (known: {', '.join(names) or 'none'})"
-    frames = [f for f in frames if f.height]
-    if not frames:
-        return empty_findings(), errors, names
-    out = pl.concat([f.select(FINDINGS_SCHEMA.names()).cast(FINDINGS_SCHEMA) for f in frames])
-    out = out.sort(pl.col("severity").to_physical(), "start_ns", descending=[True, False])
-    return out, errors, names
+    good = {}
+    for name, module in modules.items():  # a bad value disables its detector, not the others
+        mine = {k: v for k, v in overrides.items() if k.partition(".")[0] == name}
+        try:
+            make_params(module, mine)
+            good.update(mine)
+        except detectors.ParameterError as exc:
+            errors[name] = f"bad parameter: {exc}"
+    ran = [n for n in names if n not in errors]
+    if not ran:
+        return detectors.empty_findings(), errors, names
+    return detectors.run(_cap, only=ran, overrides=good, errors=errors), errors, names

@@ -29,6 +29,7 @@ WRITING_DISPOSITIONS = {"SUPERSEDE", "CREATE", "OVERWRITE", "OVERWRITE_IF"}
 # Kerberos AP exchanges are not on the connection) and that close it.
 SETUP_OPS = {"bindRequest", "NEGOTIATE", "SESSION_SETUP", "TREE_CONNECT", "extendedRequest"}
 CLOSE_OPS = {"unbindRequest", "LOGOFF", "TREE_DISCONNECT"}
+SECOND_NS = 1_000_000_000  # DNS TTLs are whole seconds (RFC 1035 3.2.1)
 
 
 def _window(finding: dict) -> tuple[int, int]:
@@ -69,10 +70,13 @@ def herd_key(tx: pl.DataFrame, focus: str | None) -> pl.Expr:
 
 
 def herd_frames(tx: pl.DataFrame, finding: dict, dns: pl.DataFrame | None = None) -> dict:
-    """requests (t_ns, key) to the finding's server, latency (t_ns, latency_ns) of that server, and
-    TTL-expiry instants of the finding's key (DNS: response time + the answer's minimum TTL, or the
-    negative TTL of a negative answer, RFC 2308 §5). ``tx`` may carry protocol columns (see
-    :func:`herd_key`)."""
+    """requests (t_ns, key) to the finding's server, latency (t_ns, latency_ns) of that server, the
+    TTL expiries of the finding's key as the herd detector reads them (``expiries_ns``: response time
+    + the answer's minimum TTL, the detector's ``ttl``), and ``expiry_window_ns``: the offsets around
+    each within which the detector counts a re-query as triggered by it — TTLs are whole seconds, so
+    a cached copy runs out within the second after answer + TTL, give or take the finding's
+    ``ttl_tolerance_ns`` (``detectors/herd.py``, ``_ttl_trigger``). ``tx`` may carry protocol columns
+    (see :func:`herd_key`)."""
     on_server = tx.filter(endpoint_matches("server", "server_port", finding.get("server")))
     on_server = on_server.with_columns(herd_key(on_server, finding.get("resource")).alias("key"))
     requests = on_server.filter(pl.col("key").is_not_null()).select(pl.col("request_ts_ns").alias("t_ns"), "key")
@@ -86,11 +90,17 @@ def herd_frames(tx: pl.DataFrame, finding: dict, dns: pl.DataFrame | None = None
         mine = dns.filter((pl.col("resource") == finding["resource"])
                           & endpoint_matches("server", "server_port", finding.get("server"))
                           & pl.col("response_ts_ns").is_not_null())
-        ttl_s = pl.coalesce(pl.col("answer_ttl_min"), pl.col("negative_ttl")) if "negative_ttl" in dns.columns \
-            else pl.col("answer_ttl_min")
-        expiries = mine.select((pl.col("response_ts_ns") + ttl_s.cast(pl.Int64) * 1_000_000_000).alias("e")
-                               ).drop_nulls()["e"]
-    return {"requests": requests, "latency": latency, "expiries_ns": expiries}
+        expiries = mine.select((pl.col("response_ts_ns") + pl.col("answer_ttl_min").cast(pl.Int64) * SECOND_NS)
+                               .alias("e")).drop_nulls()["e"]
+    tol = int(parameters_of(finding).get("ttl_tolerance_ns", _herd_default("ttl_tolerance_ns")))
+    return {"requests": requests, "latency": latency, "expiries_ns": expiries,
+            "expiry_window_ns": (-tol, SECOND_NS + tol)}
+
+
+def _herd_default(name: str):
+    from detectors.herd import Params
+
+    return getattr(Params(), name)
 
 
 # -- retry storm -------------------------------------------------------------------------------------
@@ -307,10 +317,14 @@ def churn_frames(connections: pl.DataFrame, tx: pl.DataFrame, finding: dict) -> 
 # -- the Findings page's entry point -----------------------------------------------------------------
 
 def proof_charts(cap, finding: dict, findings: pl.DataFrame | None = None,
-                 tx: pl.DataFrame | None = None) -> list[tuple[object, str]]:
-    """The charts that prove ``finding`` (a findings row as a dict), each with a one-line caption."""
+                 tx: pl.DataFrame | None = None, whole: bool = False) -> list[tuple[object, str]]:
+    """The charts that prove ``finding`` (a findings row as a dict), each with a one-line caption.
+    Each opens zoomed on the finding's window with context (``charts.base.focus_domain``; scroll to
+    zoom out), or on the whole capture with ``whole``."""
     t0, t1 = time_origin(cap)
     window = _window(finding)
+    view = (t0, t1) if whole else None
+    lo, hi = (t0, t1) if whole else charts.base.data_range(charts.base.focus_domain(window), (t0, t1))
     detector = finding["detector"]
     names = cap.frame_names()
     if detector == "herd":
@@ -320,17 +334,20 @@ def proof_charts(cap, finding: dict, findings: pl.DataFrame | None = None,
             if (finding.get("kind") or "dns") == "dns" and "dns_transactions" in names else None
         f = herd_frames(ptx, finding, dns)
         chart = charts.herd_chart(f["requests"], t0_ns=t0, window_ns=window, focus_key=finding.get("resource"),
-                                  expiries_ns=f["expiries_ns"], latency=f["latency"], domain_ns=(t0, t1))
-        return [(chart, "Request rate per key; the herd window shaded, TTL-expiry instants dashed; "
-                        "the server's latency below on the same time axis (drag to zoom both).")]
+                                  expiries_ns=f["expiries_ns"], expiry_window_ns=f["expiry_window_ns"],
+                                  latency=f["latency"], domain_ns=(t0, t1), view_ns=view)
+        return [(chart, "Request rate per key; the herd window shaded red, the TTL expiries of the cached answers "
+                        "as the detector reads them (answer + TTL, to the whole second, ± its tolerance) in "
+                        "purple; the server's latency below on the same time axis (scroll to zoom both).")]
     if detector == "retry_storm":
         use_dns = (finding.get("kind") or "dns") == "dns" and "dns_messages" in names
         attempts = dns_attempts(cap.frame("dns_messages"), finding) if use_dns \
             else transaction_attempts(_tx_for(cap, finding, tx), finding)
         return [
-            (charts.retry_ladder(attempts, t0_ns=t0, window_ns=window), "One row per client, a mark per attempt."),
+            (charts.retry_ladder(attempts, t0_ns=t0, window_ns=window, view_ns=view),
+             "One row per client, a mark per attempt."),
             (charts.retry_intervals(attempts), "Time between consecutive attempts of the same request."),
-            (charts.amplification_chart(attempts, t0_ns=t0, window_ns=window),
+            (charts.amplification_chart(attempts, t0_ns=t0, window_ns=window, view_ns=view),
              "Attempts sent per second against the requests behind them."),
         ]
     if detector == "smb_break_queue":
@@ -338,7 +355,8 @@ def proof_charts(cap, finding: dict, findings: pl.DataFrame | None = None,
             return [(charts.empty("This capture has no smb2_breaks frame (the SMB2 decoder is not installed)."), "")]
         smb2_tx = cap.frame("smb2_transactions") if "smb2_transactions" in names else None
         f = break_frames(cap.frame("smb2_breaks"), smb2_tx, finding)
-        return [(charts.break_queue_chart(f["breaks"], f["waiters"], t0_ns=t0, window_ns=window, end_ns=t1),
+        return [(charts.break_queue_chart(f["breaks"], f["waiters"], t0_ns=t0, window_ns=window, end_ns=t1,
+                                          view_ns=view),
                  "Each break from notification to acknowledgment; below, how many requests queued behind it.")]
     if detector == "tcp_stall":
         segments, connections = cap.frame("tcp_segments"), cap.frame("connections")
@@ -351,17 +369,20 @@ def proof_charts(cap, finding: dict, findings: pl.DataFrame | None = None,
             same = pl.DataFrame([finding]).select("start_ns", "end_ns", "kind")
         f = stall_frames(segments, cap.packets, conn, same)
         title = f"Time-sequence graph of {finding.get('resource') or f'connection {conn}'}"
-        return [(charts.stevens_chart(f["segments"], t0_ns=t0, stalls=f["stalls"], title=title),
+        return [(charts.stevens_chart(f["segments"], t0_ns=t0, stalls=f["stalls"], title=title, window_ns=window,
+                                      view_ns=view),
                  "Sequence numbers sent, the ACK line and the receive window; retransmissions as red diamonds, "
                  "stalls shaded; bytes in flight below (drag to zoom both).")]
     if detector == "toctou":
-        f = toctou_frames(_protocol_tx_full(cap, finding, tx), finding)
+        f = toctou_frames(_protocol_tx_full(cap, finding, tx), finding,
+                          pad_ns=max(window[0] - lo, hi - window[1], 0))
         return [(charts.toctou_chart(f["ops"], f["windows"], t0_ns=t0, window_ns=window,
-                                     resource=finding.get("resource"), domain_ns=f["domain_ns"]),
+                                     resource=finding.get("resource"), domain_ns=f["domain_ns"], view_ns=view),
                  "Bars: each client's check → use window; red: another client's change inside it.")]
     if detector == "conn_churn":
         f = churn_frames(cap.frame("connections"), tx if tx is not None else all_transactions(cap)[0], finding)
-        return [(charts.churn_rate_chart(f["conns"], t0_ns=t0, window_ns=window, focus_client=finding.get("client")),
+        return [(charts.churn_rate_chart(f["conns"], t0_ns=t0, window_ns=window, focus_client=finding.get("client"),
+                                         view_ns=view),
                  "New connections per second per client."),
                 (charts.lifetime_chart(f["lifetimes"]), "Each connection's lifetime: handshake and bind against work.")]
     return [(charts.empty(f"No chart for detector {detector!r} yet: the explanation and evidence frames are "

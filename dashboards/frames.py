@@ -115,6 +115,50 @@ def packet_rows(cap, frames: list[int], t0_ns: int) -> pl.DataFrame:
         pl.col("parse_status").cast(pl.String))
 
 
+BLANK = "—"  # what a table cell shows where a value is missing (never Python's None)
+
+
+def display_table(table: pl.DataFrame, formats: dict[str, str] | None = None) -> pl.DataFrame:
+    """``table`` for ``st.dataframe`` with no cell showing ``None``: in every column that has nulls
+    (or NaNs) the values become text and the missing ones :data:`BLANK`; numbers there are rounded by
+    ``formats`` (column → ``"%.3f"`` decimals or ``"%.4g"`` significant figures, as Streamlit's
+    NumberColumn would have shown them); lists are joined with ", ". Columns without nulls keep their
+    type (and so their NumberColumn formatting: see :func:`number_config`)."""
+    formats = formats or {}
+    out = []
+    for name, dtype in table.schema.items():
+        col = pl.col(name)
+        if dtype.is_float():
+            col = col.fill_nan(None)
+        if table.select(col.is_null().any()).item() is not True:
+            out.append(col)
+            continue
+        fmt = formats.get(name, "")
+        if dtype.is_numeric() and fmt.endswith("g"):
+            col = col.round_sig_figs(int(fmt[2:-1]))
+        elif dtype.is_float() and fmt.endswith("f"):
+            col = col.round(int(fmt[2:-1]))
+        if isinstance(dtype, pl.List):
+            col = col.list.eval(pl.element().cast(pl.String)).list.join(", ")
+        out.append(col.cast(pl.String).fill_null(BLANK).alias(name))
+    return table.select(out)
+
+
+def number_config(table: pl.DataFrame, config: dict) -> dict:
+    """The ``column_config`` entries that still apply after :func:`display_table`: number formats
+    only on columns that stayed numeric."""
+    return {k: v for k, v in config.items() if k not in table.columns or table.schema[k].is_numeric()}
+
+
+def findings_table(found: pl.DataFrame, t0_ns: int) -> pl.DataFrame:
+    """The Findings page's table: one row per finding, times relative to the first packet."""
+    return found.select(
+        pl.col("severity").cast(pl.String), "detector", "kind",
+        ((pl.col("start_ns") - t0_ns) / 1e9).alias("start_s"),
+        ((pl.col("end_ns") - pl.col("start_ns")) / 1e6).alias("duration_ms"),
+        "client", "server", "resource", "metric", "value", "threshold", "unit", "evidence_total", "finding_id")
+
+
 def endpoint_matches(addr: str, port: str | None, value: str | None) -> pl.Expr:
     """True where ``addr`` (or ``addr:port``, ``[addr]:port``) is ``value``; everything when value is empty."""
     if not value:

@@ -18,13 +18,15 @@ import polars as pl
 import streamlit as st
 
 from analyzer.summary import _iso
+from detectors import top_level
 from detectors.base import SEVERITIES
 
 from . import charts
 from . import data as D
 from .dissect import MAX_FRAMES, DissectError, dissect, tshark_path
 from .evidence import parameters_of, proof_charts
-from .frames import SRT_MS, evidence_locations, ms_columns, packet_rows, srt_table, wireshark_command
+from .frames import (SRT_MS, display_table, evidence_locations, findings_table, ms_columns, number_config,
+                     packet_rows, srt_table, wireshark_command)
 
 log = logging.getLogger("herdscope.dashboard")
 
@@ -97,6 +99,7 @@ def overview_page(ld: D.Loaded) -> None:
         reasons = ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in s["skipped"]["reasons"].items())
         st.info(f"{s['skipped']['total']:,} records were skipped ({reasons}).")
     found, errors, ran = _findings(ld)
+    found = top_level(found)  # a population's members are on its Findings page entry
     cols = st.columns(5)
     cols[0].metric("Packets", f"{s['packets']:,}")
     cols[1].metric("Duration", _duration(s["duration_s"]))
@@ -104,9 +107,8 @@ def overview_page(ld: D.Loaded) -> None:
     cols[3].metric("Data", f"{s['bytes'] / 1e6:,.2f} MB")
     worst = next((sv for sv in reversed(SEVERITIES) if found.height and (found["severity"] == sv).any()), None)
     cols[4].metric("Findings", f"{found.height:,}", worst and f"worst: {worst}", delta_color="off", delta_arrow="off")
-    st.caption(f"{s['first_time'] or 'n/a'} .. {s['last_time'] or 'n/a'} · time resolution "
-               f"{s['ts_resolution_ns']:g} ns · detectors run: {', '.join(ran) or 'none installed'}"
-               if s["ts_resolution_ns"] is not None else "")
+    st.caption(f"{s['first_time'] or 'n/a'} .. {s['last_time'] or 'n/a'} · {_resolution_text(s)} · "
+               f"detectors run: {', '.join(ran) or 'none installed'}" if s["ts_resolution_ns"] is not None else "")
     _detector_problems(errors)
 
     chart = charts.findings_timeline(found, t0_ns=ld.t0_ns, t1_ns=ld.t1_ns)
@@ -126,8 +128,7 @@ def overview_page(ld: D.Loaded) -> None:
     for name, message in problems.items():
         st.warning(f"{name} could not be built: {plain(message)}")
     if tx.height:
-        st.dataframe(srt_table(tx, by=("protocol",)), hide_index=True, width="stretch", key="protocol_table",
-                     column_config=_srt_columns())
+        _table(srt_table(tx, by=("protocol",)), key="protocol_table", column_config=_srt_columns())
     else:
         st.info("No request/response transactions decoded in this capture.")
     left, right = st.columns(2)
@@ -135,19 +136,37 @@ def overview_page(ld: D.Loaded) -> None:
         st.subheader("Protocols (packets)")
         rows = [{"transport": t, "service": svc, "packets": n} for t, svcs in s["protocols"].items()
                 for svc, n in svcs.items()]
-        st.dataframe(pl.DataFrame(rows, schema={"transport": pl.String, "service": pl.String, "packets": pl.Int64}),
-                     hide_index=True, width="stretch", height=min(400, 38 + 35 * max(len(rows), 1)))
+        _table(pl.DataFrame(rows, schema={"transport": pl.String, "service": pl.String, "packets": pl.Int64}),
+               height=min(400, 38 + 35 * max(len(rows), 1)))
     with right:
         tcp = s.get("tcp") or {}
         if tcp.get("connections"):
             st.subheader("TCP")
-            st.dataframe(pl.DataFrame({"": ["connections", "segments", "retransmissions", "fast retransmissions",
+            _table(pl.DataFrame({"": ["connections", "segments", "retransmissions", "fast retransmissions",
                                             "spurious retransmissions", "zero windows", "duplicate ACKs",
                                             "lost segments"],
                                        "count": [tcp["connections"], tcp["segments"], tcp["retransmissions"],
                                                  tcp["fast_retransmissions"], tcp["spurious_retransmissions"],
-                                                 tcp["zero_windows"], tcp["duplicate_acks"], tcp["lost_segments"]]}),
-                         hide_index=True, width="stretch")
+                                                 tcp["zero_windows"], tcp["duplicate_acks"], tcp["lost_segments"]]}))
+
+
+def _table(table: pl.DataFrame, column_config: dict | None = None, **options):
+    """``st.dataframe`` of ``table`` with missing values shown as "—", never as None."""
+    config = column_config or {}
+    formats = {k: (v.get("type_config") or {}).get("format") for k, v in config.items() if isinstance(v, dict)}
+    shown = display_table(table, {k: f for k, f in formats.items() if f})
+    return st.dataframe(shown, hide_index=True, width="stretch", column_config=number_config(shown, config) or None,
+                        **options)
+
+
+def _resolution_text(s: dict) -> str:
+    """Declared and effective timestamp resolution, for the Overview caption."""
+    declared, effective = s["ts_resolution_ns"], s.get("effective_resolution_ns")
+    text = f"time resolution {_ms(declared)} declared"
+    if effective is not None and any(i.get("effective_resolution_ns", 0) > i["ts_resolution_ns"]
+                                     for i in s["interfaces"]):
+        text += f", {_ms(effective)} effective (the timestamps' own tick: nothing shorter can be seen)"
+    return text
 
 
 def _srt_columns() -> dict:
@@ -195,20 +214,16 @@ def findings_page(ld: D.Loaded) -> None:
         st.success("No findings. " + (f"Detectors run: {', '.join(ran)}." if ran
                                       else "No detectors are installed yet."))
         return
-    shown = _filter_findings(found)
-    st.caption(f"{shown.height:,} of {found.height:,} findings · select a row (or pick below) to see its proof")
-    table = shown.select(
-        pl.col("severity").cast(pl.String), "detector", "kind",
-        ((pl.col("start_ns") - ld.t0_ns) / 1e9).alias("start_s"),
-        ((pl.col("end_ns") - pl.col("start_ns")) / 1e6).alias("duration_ms"),
-        "client", "server", "resource", "metric", "value", "threshold", "unit", "evidence_total", "finding_id")
+    shown = _filter_findings(top_level(found))  # populations stand for their members (drill down below)
+    st.caption(f"{shown.height:,} of {top_level(found).height:,} findings · select a row (or pick below) to see its "
+               f"proof")
+    table = findings_table(shown, ld.t0_ns).with_columns(shown["members"])
     st.session_state["_table_ids"] = table["finding_id"].to_list()
-    st.dataframe(table, hide_index=True, width="stretch", key="findings_table", on_select=_on_table_pick,
-                 selection_mode="single-row",
-                 column_config={"start_s": st.column_config.NumberColumn("start (s)", format="%.6f"),
-                                "duration_ms": st.column_config.NumberColumn("duration (ms)", format="%.3f"),
-                                "value": st.column_config.NumberColumn(format="%.4g"),
-                                "threshold": st.column_config.NumberColumn(format="%.4g")})
+    _table(table, key="findings_table", on_select=_on_table_pick, selection_mode="single-row",
+           column_config={"start_s": st.column_config.NumberColumn("start (s)", format="%.6f"),
+                          "duration_ms": st.column_config.NumberColumn("duration (ms)", format="%.3f"),
+                          "value": st.column_config.NumberColumn(format="%.4g"),
+                          "threshold": st.column_config.NumberColumn(format="%.4g")})
     ids = table["finding_id"].to_list()
     if not ids:
         st.info("No finding matches the filters.")
@@ -250,8 +265,10 @@ def finding_detail(ld: D.Loaded, row: dict, found: pl.DataFrame) -> None:
     }
     st.markdown("\n".join(f"- **{k}**: {plain(v)}" for k, v in facts.items()))
     tx, _ = D.transactions(ld.key, ld.cap)
+    whole = st.toggle("Show the whole capture on the charts (they open zoomed on the finding)",
+                      key=f"whole_{row['finding_id']}")
     try:
-        proofs = proof_charts(ld.cap, row, found, tx)
+        proofs = proof_charts(ld.cap, row, found, tx, whole=whole)
     except Exception as exc:  # noqa: BLE001 - a chart that cannot be drawn must not hide the rest
         log.exception("proof chart for %s", row["finding_id"])
         proofs = []
@@ -263,6 +280,24 @@ def finding_detail(ld: D.Loaded, row: dict, found: pl.DataFrame) -> None:
     with st.expander("Parameters the detector ran with", expanded=False):
         st.json(parameters_of(row))
     evidence_section(ld, row)
+    if row.get("members"):
+        population_members(ld, row, found)
+
+
+def population_members(ld: D.Loaded, row: dict, found: pl.DataFrame) -> None:
+    """A population finding's drill-down: its members (worst first) and any one of them in full."""
+    st.subheader(f"Members ({row['members']:,})")
+    members = found.filter(pl.col("member_of") == row["finding_id"])
+    order = {fid: k for k, fid in enumerate(row["member_ids"] or [])}
+    members = members.with_columns(pl.col("finding_id").replace_strict(order, default=len(order)).alias("_o")) \
+        .sort("_o").drop("_o")
+    _table(findings_table(members, ld.t0_ns).with_columns(members["explanation"]), key=f"members_{row['finding_id']}")
+    labels = {r["finding_id"]: finding_label(r, ld.t0_ns) for r in members.iter_rows(named=True)}
+    pick = st.selectbox("Open a member", [None, *labels], key=f"member_pick_{row['finding_id']}",
+                        format_func=lambda i: "—" if i is None else labels.get(i, i))
+    if pick is not None:
+        with st.container(border=True):
+            finding_detail(ld, members.filter(pl.col("finding_id") == pick).row(0, named=True), found)
 
 
 def _fits(chart) -> bool:
@@ -279,8 +314,8 @@ def evidence_section(ld: D.Loaded, row: dict) -> None:
     total = row["evidence_total"] or len(frames)
     st.caption(f"{len(frames)} of {total:,} evidence frames listed"
                + (" (capped by the detector)" if total > len(frames) else ""))
-    st.dataframe(packet_rows(ld.cap, frames, ld.t0_ns), hide_index=True, width="stretch",
-                 column_config={"time_s": st.column_config.NumberColumn("time (s)", format="%.6f")})
+    _table(packet_rows(ld.cap, frames, ld.t0_ns),
+           column_config={"time_s": st.column_config.NumberColumn("time (s)", format="%.6f")})
     locations = evidence_locations(ld.cap, frames)
     st.markdown("Open them all in Wireshark:")
     st.code("\n".join(wireshark_command(path, local) for path, local in locations), language="bash",
@@ -354,7 +389,7 @@ def transactions_page(ld: D.Loaded) -> None:
         table = srt_table(sub)
     else:  # the whole capture: exactly `herdscope stats`, with SMB2 pending waits and break acks
         table = ms_columns(D.service_response_times(ld.key, ld.cap))
-    st.dataframe(table, hide_index=True, width="stretch", key="srt_table", column_config=_srt_columns())
+    _table(table, key="srt_table", column_config=_srt_columns())
     st.caption("As `herdscope stats`: quantiles are observed values (the \"higher\" rule); unanswered requests "
                "have no latency.")
     several = sub["protocol"].n_unique() > 1
@@ -380,7 +415,7 @@ def downloads_page(ld: D.Loaded) -> None:
     _detector_problems(errors)
     base = os.path.splitext(os.path.basename(ld.paths[0]))[0] + ("-joined" if len(ld.paths) > 1 else "")
     label = "+".join(ld.paths)
-    records = finding_records(found, label)
+    records = finding_records(found, label, ld.cap)
     results = [(capture_summary(ld.cap, list(ld.paths), found, ran), records)]
     st.subheader(f"Findings ({found.height:,})")
     st.caption("The same documents as `herdscope scan --format json / ndjson / parquet` (schema in analyzer/scan.py).")

@@ -6,8 +6,11 @@ A detector is a module in ``detectors/`` with:
 - a module docstring: the pathology, the signal measured, the references (RFC / spec sections), the
   known false positives, the severity rule.
 - ``REQUIRES``: the capture frames it reads (``("dns_transactions", "connections")``).
-- ``Params``: a frozen dataclass; every threshold and window is a field with a default and a comment
-  (``--set herd.min_clients=50`` and ``herdscope.toml`` override them by name).
+- ``KINDS``: the values its findings' ``kind`` column takes.
+- ``Params``: a frozen dataclass; every threshold and window is a field declared with
+  :func:`detectors.params.param` (default, meaning, unit, range, and whether it is a lower or upper
+  bound on what gates a finding); ``--set herd.min_clients=50``, ``herdscope.toml`` and the dashboard
+  override them by name, ``herdscope detectors`` lists them.
 - ``detect(capture, params) -> pl.DataFrame``: pure; returns findings (``FINDING_COLUMNS``) built with
   :func:`findings`, never raises on odd input (an empty frame means "nothing to report").
 
@@ -22,7 +25,8 @@ Three facts of real captures every detector respects (helpers below):
 """
 from __future__ import annotations
 
-import dataclasses
+import contextlib
+import contextvars
 import hashlib
 import json
 from typing import Iterable
@@ -34,6 +38,18 @@ SEVERITIES = ("informational", "low", "medium", "high", "critical")
 SEVERITY = pl.Enum(list(SEVERITIES))
 SEVERITY_RANK = {s: k for k, s in enumerate(SEVERITIES)}
 EVIDENCE_CAP = 50  # evidence frame numbers kept per finding (evidence_total says how many there were)
+# the cap in force: `herdscope show` lifts it (None) for the one finding it prints in full
+_evidence_cap: contextvars.ContextVar[int | None] = contextvars.ContextVar("evidence_cap", default=EVIDENCE_CAP)
+
+
+@contextlib.contextmanager
+def uncapped_evidence():
+    """Within this block, findings keep every evidence frame (``evidence_total`` of them)."""
+    token = _evidence_cap.set(None)
+    try:
+        yield
+    finally:
+        _evidence_cap.reset(token)
 
 # The findings frame: one row per finding.
 FINDING_COLUMNS: dict[str, tuple[pl.DataType, str]] = {
@@ -52,11 +68,18 @@ FINDING_COLUMNS: dict[str, tuple[pl.DataType, str]] = {
     "value": (pl.Float64, "the measured value"),
     "threshold": (pl.Float64, "the threshold it was compared with"),
     "unit": (pl.String, "unit of value and threshold"),
-    "evidence_frames": (pl.List(pl.UInt32), f"Wireshark frame numbers of the evidence, at most {EVIDENCE_CAP}"),
+    "evidence_frames": (pl.List(pl.UInt32), f"Wireshark frame numbers of the evidence, at most {EVIDENCE_CAP} (all of them in `herdscope show`)"),
     "evidence_total": (pl.UInt32, "how many evidence frames there were before capping"),
     "explanation": (pl.String, "one sentence with the numbers and the likely cause"),
     "parameters": (pl.String, "the detector's parameters as JSON"),
+    # populations (detectors/population.py): many findings of one cause at one service, or across the fleet
+    "members": (pl.UInt32, "a population finding: how many member findings it stands for; 0 for an ordinary finding"),
+    "member_ids": (pl.List(pl.String), "a population finding: its members' finding_ids, worst first; empty otherwise"),
+    "member_of": (pl.String, "a member finding: the finding_id of its population (listed only with --expand, "
+                             "not counted by --fail-on); null otherwise"),
 }
+# what a detector's findings carry in the population columns until detectors/population.py groups them
+FINDING_DEFAULTS = {"members": 0, "member_ids": [], "member_of": None}
 FINDINGS_SCHEMA = pl.Schema({k: v[0] for k, v in FINDING_COLUMNS.items()})
 
 
@@ -65,7 +88,9 @@ def empty_findings() -> pl.DataFrame:
 
 
 def params_json(params) -> str:
-    return json.dumps(dataclasses.asdict(params), sort_keys=True, default=str)
+    from .params import to_jsonable
+
+    return json.dumps(to_jsonable(params), sort_keys=True)
 
 
 def _finding_id(parts: Iterable) -> str:
@@ -82,18 +107,40 @@ def findings(rows: pl.DataFrame, *, detector: str, params) -> pl.DataFrame:
     out = rows.with_columns(pl.lit(detector).alias("detector"))
     for name, (dtype, _) in FINDING_COLUMNS.items():
         if name not in out.columns:
-            out = out.with_columns(pl.lit(None, dtype=dtype).alias(name))
+            out = out.with_columns(pl.lit(FINDING_DEFAULTS.get(name), dtype=dtype).alias(name))
     out = out.with_columns(
         pl.col("evidence_frames").list.unique().list.sort().alias("evidence_frames"),
     ).with_columns(
         pl.col("evidence_frames").list.len().cast(pl.UInt32).alias("evidence_total"),
-        pl.col("evidence_frames").list.head(EVIDENCE_CAP).alias("evidence_frames"),
+        pl.col("evidence_frames").list.head(_evidence_cap.get() or 2**31).alias("evidence_frames"),
         pl.lit(params_json(params)).alias("parameters"),
     )
-    ids = [_finding_id(r) for r in out.select("detector", "kind", "client", "server", "resource",
-                                              "start_ns", "metric").iter_rows()]
-    out = out.with_columns(pl.Series("finding_id", ids))
+    ids = [_finding_id(r) for r in out.select(*ID_PARTS).iter_rows()]
+    out = out.with_columns(pl.Series("finding_id", _distinct_ids(out, ids)))
     return out.select(pl.col(n).cast(t) for n, t in FINDINGS_SCHEMA.items())
+
+
+ID_PARTS = ("detector", "kind", "client", "server", "resource", "start_ns", "metric")
+
+
+def _distinct_ids(out: pl.DataFrame, ids: list[str]) -> list[str]:
+    """``ids``, with findings that share one (same id parts) told apart by what else they say
+    (end, value, explanation, evidence), never by row order: the same id in every run."""
+    if len(set(ids)) == len(ids):
+        return ids
+    seen: dict[str, list[int]] = {}
+    for k, i in enumerate(ids):
+        seen.setdefault(i, []).append(k)
+    ids = list(ids)
+    for i, rows in seen.items():
+        if len(rows) < 2:
+            continue
+        more = out[rows].select("end_ns", "value", "explanation", pl.col("evidence_frames").cast(pl.List(pl.String))
+                                .list.join(",")).rows()
+        order = sorted(range(len(rows)), key=lambda k: tuple("" if x is None else str(x) for x in more[k]))
+        for n, k in enumerate(order):
+            ids[rows[k]] = _finding_id((i, *more[k], n))
+    return ids
 
 
 def severity_from_scale(value: pl.Expr, steps: tuple[float, float, float, float]) -> pl.Expr:
@@ -109,13 +156,18 @@ def severity_from_scale(value: pl.Expr, steps: tuple[float, float, float, float]
 # -- capture facts ----------------------------------------------------------------------------------
 
 def resolution_ns(capture) -> float:
-    """The coarsest timestamp tick among the capture's interfaces, in ns (1000 for µs pcap)."""
-    ifaces = capture.frame("interfaces")
-    return float(ifaces["ts_resolution_ns"].max()) if ifaces.height else 1000.0
+    """The coarsest timestamp tick among the capture's interfaces that carry packets, in ns: the
+    *effective* tick inferred from the timestamps (``effective_resolution_ns``, see
+    analyzer/resolution.py: a ns-magic file stamped in 10 ms steps has a 10 ms tick), the declared
+    one where the data cannot tell or the frame lacks the column (1000 for µs pcap)."""
+    from analyzer.resolution import capture_tick
+
+    tick = capture_tick(capture.frame("interfaces"))
+    return 1000.0 if tick is None else tick
 
 
 def at_least_resolution(window_ns: int, capture) -> tuple[int, bool]:
-    """(window, limited): the window widened to the timestamp resolution when it is shorter."""
+    """(window, limited): the window widened to the (effective) timestamp resolution when shorter."""
     res = resolution_ns(capture)
     return (int(max(window_ns, res)), window_ns < res)
 
@@ -128,30 +180,46 @@ def directions_seen(capture) -> pl.DataFrame:
                         ((pl.col("client_packets") > 0) & (pl.col("server_packets") > 0)).alias("both_directions"))
 
 
+def _concurrent_addresses(requests: pl.DataFrame, by: list[str], addr: str, port: str, start: str, end: str,
+                          timeout_ns: int) -> tuple[pl.Series, pl.Series]:
+    """The one client-identity rule. Returns (group, split): one integer per row for its (``by``...,
+    address) group, and the groups whose address has requests *outstanding at the same time* from
+    different ports (a request is outstanding from ``start`` to ``end``, or for ``timeout_ns`` when
+    ``end`` is null). The overlap test runs on a narrow integer frame: sorting the requests
+    themselves (strings and all) would cost several times more."""
+    group = requests.select(pl.struct([pl.col(c) for c in by] + [pl.col(addr).cast(pl.String)]).hash()
+                            .alias("g"))["g"]
+    narrow = pl.DataFrame({"g": group}).with_columns(
+        requests[start].alias("s"), requests[port].alias("p"),
+        pl.coalesce(requests[end], requests[start] + timeout_ns).alias("e")).sort("g", "s", maintain_order=True)
+    same = pl.col("g") == pl.col("g").shift(1)
+    split = narrow.filter(
+        (same & (pl.col("s") < pl.col("e").cum_max().over("g").shift(1)) & (pl.col("p") != pl.col("p").shift(1)))
+        .fill_null(False)).select(pl.col("g").unique())["g"]
+    return group, split
+
+
 def client_identity(requests: pl.DataFrame, *, addr: str = "client", port: str = "client_port",
                     start: str = "request_ts_ns", end: str = "response_ts_ns",
                     timeout_ns: int = 1_000_000_000) -> tuple[pl.Expr, str]:
-    """How to tell clients apart in ``requests`` (one row per request), and the name of the rule.
+    """How to tell clients apart in ``requests`` (one row per request): an expression giving the
+    client of a row (of this frame or of any frame with the ``addr`` and ``port`` columns), and the
+    name of the rule ("address+port" when some address was split, else "address").
 
-    An address that has requests *outstanding at the same time* from different ports runs several
-    independent request streams (processes on one node, NAT, containers): then clients are
-    address+port. When every address's requests are sequential (each answered, or given up after
-    ``timeout_ns``, before the next), a new port per request is one client's resolver habit, and
-    clients are addresses.
-    """
+    The rule of :func:`client_identity_by` over the whole capture (no grouping): an address that has
+    requests *outstanding at the same time* from different ports runs several independent request
+    streams (processes on one node, NAT, containers), so its clients are address:port; an address
+    whose requests are sequential (each answered, or given up after ``timeout_ns``, before the next)
+    is one client however many ports it uses (one resolver's habit of a new port per query)."""
     if requests.height == 0:
         return pl.col(addr).cast(pl.String), "address"
-    spans = requests.select(
-        pl.col(addr).cast(pl.String).alias("a"), pl.col(port).alias("p"), pl.col(start).alias("s"),
-        pl.coalesce(pl.col(end), pl.col(start) + timeout_ns).alias("e"),
-    ).sort("a", "s")
-    overlapping = spans.with_columns(
-        pl.col("e").cum_max().shift(1).over("a").alias("prev_end"),
-        pl.col("p").shift(1).over("a").alias("prev_port"),
-    ).filter((pl.col("s") < pl.col("prev_end")) & (pl.col("p") != pl.col("prev_port")))
-    if overlapping.height:
-        return pl.format("{}:{}", pl.col(addr).cast(pl.String), pl.col(port)), "address+port"
-    return pl.col(addr).cast(pl.String), "address"
+    group, split = _concurrent_addresses(requests, [], addr, port, start, end, timeout_ns)
+    if split.len() == 0:
+        return pl.col(addr).cast(pl.String), "address"
+    addresses = requests[addr].cast(pl.String).filter(group.is_in(split.implode())).unique().sort()
+    return (pl.when(pl.col(addr).cast(pl.String).is_in(addresses.implode()))
+            .then(pl.format("{}:{}", pl.col(addr).cast(pl.String), pl.col(port)))
+            .otherwise(pl.col(addr).cast(pl.String))), "address+port"
 
 
 def evidence(frames: pl.Expr) -> pl.Expr:
@@ -173,10 +241,20 @@ def fmt_ns(ns: float | int | None) -> str:
     return f"{ns / 1e9:.3g} s"
 
 
+def fmt_limited(ns: float | int | None, res_ns: float | None) -> str:
+    """:func:`fmt_ns`, honest about the timestamp tick ``res_ns`` (use :func:`resolution_ns`): a
+    duration shorter than one tick reads "< 10 ms (the capture's timestamp tick)", one within ten
+    ticks "~30 ms (± the 10 ms timestamp tick)"; at or below 1 ns ticks, plain :func:`fmt_ns`."""
+    from analyzer.resolution import limited_text
+
+    return limited_text(ns, res_ns, fmt_ns)
+
+
 # -- shared by the transaction detectors (herd, retry_storm, ...) -----------------------------------
 
 # The frames that start with analyzer.decoders.common.TRANSACTION_COMMON, one per protocol decoder.
 TRANSACTION_FRAMES = ("dns_transactions", "kerberos_transactions", "ldap_transactions", "smb2_transactions")
+PROTOCOL_KINDS = tuple(name.removesuffix("_transactions") for name in TRANSACTION_FRAMES)
 
 
 def transaction_frames(capture, names: Iterable[str] = TRANSACTION_FRAMES) -> dict[str, pl.DataFrame]:
@@ -208,23 +286,13 @@ def client_identity_by(requests: pl.DataFrame, by: list[str], *, addr: str = "cl
     if requests.height == 0:
         return requests.with_columns(pl.lit(None, pl.String).alias(name),
                                      pl.lit(None, pl.String).alias("client_identity"))
-    # one integer per (group, address), and the overlap test on a narrow frame: sorting the
-    # requests themselves (strings and all) would cost several times more
-    work = requests.with_columns(pl.struct([pl.col(c) for c in by] + [pl.col(addr).cast(pl.String)]).hash()
-                                 .alias("_ci_g"))
-    narrow = work.select(pl.col("_ci_g").alias("g"), pl.col(start).alias("s"), pl.col(port).alias("p"),
-                         pl.coalesce(pl.col(end), pl.col(start) + timeout_ns).alias("e")).sort("g", "s")
-    same = pl.col("g") == pl.col("g").shift(1)
-    split = narrow.filter(
-        (same & (pl.col("s") < pl.col("e").cum_max().over("g").shift(1)) & (pl.col("p") != pl.col("p").shift(1)))
-        .fill_null(False)).select(pl.col("g").unique())["g"]
-    ids = work[addr].cast(pl.String).alias(name)
+    group, split = _concurrent_addresses(requests, by, addr, port, start, end, timeout_ns)
+    ids = requests[addr].cast(pl.String).alias(name)
     if split.len() == 0:
-        return work.drop("_ci_g").with_columns(ids, pl.lit("address").alias("client_identity"))
-    mask = work["_ci_g"].is_in(split.implode())
+        return requests.with_columns(ids, pl.lit("address").alias("client_identity"))
+    mask = group.is_in(split.implode())
     rows = mask.arg_true()  # address:port strings only where an address was split (few rows)
-    picked = work.select(pl.col(addr).cast(pl.String).alias("a"), pl.col(port).alias("p"))[rows]
+    picked = requests.select(pl.col(addr).cast(pl.String).alias("a"), pl.col(port).alias("p"))[rows]
     ids = ids.scatter(rows, picked.select(pl.format("{}:{}", "a", "p")).to_series())
-    return work.drop("_ci_g").with_columns(
+    return requests.with_columns(
         ids, pl.when(mask).then(pl.lit("address+port")).otherwise(pl.lit("address")).alias("client_identity"))
-

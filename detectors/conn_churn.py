@@ -73,8 +73,14 @@ from dataclasses import dataclass
 import polars as pl
 
 from .base import empty_findings, findings, fmt_ns, resolution_ns
+from .params import LOWER, UPPER, param
 
 NAME = "conn_churn"
+KINDS = ("churn", "syn_backlog")
+# many clients churning against one service form one population there, judged by the service's
+# new-connection rate against this detector's own rate steps (detectors/population.py)
+POPULATION = {"kinds": ("churn",), "service": "resource", "member": "client", "aggregate": "rate",
+              "steps": ("medium_rate_per_s", "high_rate_per_s")}
 REQUIRES = ("connections", "tcp_segments")  # plus ldap_transactions / smb2_transactions when installed
 
 SMB2_SETUP = ["NEGOTIATE", "SESSION_SETUP", "TREE_CONNECT", "TREE_DISCONNECT", "LOGOFF", "ECHO", "CANCEL"]
@@ -88,29 +94,38 @@ PROTOCOL_WORDS = {
 
 @dataclass(frozen=True)
 class Params:
-    min_connections: int = 10  # new connections from one client to one service before judging
-    min_rate_per_s: float = 0.5  # and at least this many a second (first to last SYN of the episode)
-    episode_gap_ns: int = 10_000_000_000  # SYNs further apart than this start a new episode
-    max_requests_per_connection: float = 2.0  # median decoded requests per connection at most this
-    max_turns_per_connection: float = 4.0  # without a decoder: median TCP request turns (they include the
-    #                                        protocol's own setup and teardown exchanges)
-    medium_rate_per_s: float = 10.0  # severity: new connections a second from one client
-    high_rate_per_s: float = 100.0
-    time_wait_ns: int = 60_000_000_000  # TIME_WAIT length (Linux: 60 s)
-    ephemeral_ports: int = 28_232  # Linux ip_local_port_range 32768-60999
-    high_time_wait_share: float = 0.25  # of the ephemeral range held in TIME_WAIT at this rate
-    critical_time_wait_share: float = 0.75
-    one_shot_ports: str = "53,88,464"  # connection per request is the protocol's norm: at most low
-    # syn_backlog
-    min_failed_syns: int = 5  # attempts without SYN/ACK (or only after a SYN retry) before reporting
-    backlog_window_ns: int = 1_000_000_000  # ... within this of a successful handshake to the service
-    syn_retry_ns: int = 900_000_000  # SYN to SYN/ACK this long means the first SYN was not answered
-    medium_failed_share: float = 0.05
-    high_failed_share: float = 0.20
-
-
-def _ports(text: str) -> list[int]:
-    return [int(x) for x in str(text).replace(" ", "").split(",") if x]
+    min_connections: int = param(10, "new connections from one client to one service before judging",
+                                 unit="connections", gate=LOWER, lo=1)
+    min_rate_per_s: float = param(0.5, "and at least this many a second (first to last SYN of the episode)",
+                                  unit="1/s", gate=LOWER, lo=0.0)
+    episode_gap_ns: int = param(10_000_000_000, "SYNs further apart than this start a new episode", unit="ns",
+                                lo=1)
+    max_requests_per_connection: float = param(2.0, "median decoded requests per connection at most this",
+                                               unit="requests", gate=UPPER, lo=0.0)
+    max_turns_per_connection: float = param(4.0, "without a decoder: median TCP request turns (they include "
+                                                 "the protocol's own setup and teardown exchanges)",
+                                            unit="turns", gate=UPPER, lo=0.0)
+    medium_rate_per_s: float = param(10.0, "severity: new connections a second from one client for medium",
+                                     unit="1/s", gate=LOWER, lo=0.0)
+    high_rate_per_s: float = param(100.0, "... for high", unit="1/s", gate=LOWER, lo=0.0)
+    time_wait_ns: int = param(60_000_000_000, "TIME_WAIT length (Linux: 60 s)", unit="ns", lo=0)
+    ephemeral_ports: int = param(28_232, "ephemeral ports (Linux ip_local_port_range 32768-60999)",
+                                 unit="ports", lo=1, hi=65_535)
+    high_time_wait_share: float = param(0.25, "of the ephemeral range held in TIME_WAIT at this rate: high",
+                                        unit="share", gate=LOWER, lo=0.0, hi=1.0)
+    critical_time_wait_share: float = param(0.75, "... critical", unit="share", gate=LOWER, lo=0.0, hi=1.0)
+    one_shot_ports: frozenset = param(frozenset({53, 88, 464}), "connection per request is the protocol's norm "
+                                                                "on these server ports: at most low",
+                                      unit="ports", lo=0, hi=65_535)
+    min_failed_syns: int = param(5, "syn_backlog: attempts without SYN/ACK (or only after a SYN retry) before "
+                                    "reporting", unit="attempts", gate=LOWER, lo=1)
+    backlog_window_ns: int = param(1_000_000_000, "... within this of a successful handshake to the service",
+                                   unit="ns", lo=0)
+    syn_retry_ns: int = param(900_000_000, "SYN to SYN/ACK this long means the first SYN was not answered",
+                              unit="ns", gate=LOWER, lo=1)
+    medium_failed_share: float = param(0.05, "severity: failed share of attempts for medium", unit="share",
+                                       gate=LOWER, lo=0.0, hi=1.0)
+    high_failed_share: float = param(0.20, "... for high", unit="share", gate=LOWER, lo=0.0, hi=1.0)
 
 
 def _frame(capture, name: str) -> pl.DataFrame | None:
@@ -145,7 +160,7 @@ def _requests_per_conn(capture, conns: pl.DataFrame) -> pl.DataFrame:
                 useful.sum().cast(pl.Float64).alias("requests"),
                 pl.col("request_ts_ns").filter(useful).min().alias("work_start"),
                 pl.coalesce("response_ts_ns", "request_ts_ns").filter(useful).max().alias("work_end"),
-                pl.col("operation").filter(useful).mode().first().alias("op"),
+                pl.col("operation").filter(useful).mode().sort().first().alias("op"),
             )
         else:
             useful = ~pl.col("operation").is_in(SMB2_SETUP)
@@ -189,7 +204,7 @@ def _churn(capture, conns: pl.DataFrame, p: Params) -> pl.DataFrame:
     # episodes: runs of connections from one client to one service whose SYNs are at most
     # episode_gap_ns apart (a pool with that idle timeout would have kept the connection)
     svc = ["client", "server", "server_port"]
-    c = c.sort(*svc, "syn_ts_ns").with_columns(
+    c = c.sort(*svc, "syn_ts_ns", "conn").with_columns(
         (pl.col("syn_ts_ns") - pl.col("syn_ts_ns").shift(1)).alias("_gap"),
         pl.struct(svc).ne_missing(pl.struct(svc).shift(1)).alias("_new_svc"))
     c = c.with_columns((pl.col("_new_svc") | (pl.col("_gap") > p.episode_gap_ns).fill_null(True))
@@ -200,7 +215,7 @@ def _churn(capture, conns: pl.DataFrame, p: Params) -> pl.DataFrame:
     g = g.with_columns(((pl.col("last_syn") - pl.col("first_syn")) / 1e9).alias("span_s"))
     g = g.with_columns(pl.when(pl.col("span_s") > 0).then((pl.col("n") - 1) / pl.col("span_s"))
                        .otherwise(None).alias("rate"))
-    one_shot = pl.col("server_port").is_in(_ports(p.one_shot_ports))
+    one_shot = pl.col("server_port").is_in(sorted(p.one_shot_ports))
     cand = g.filter((pl.col("n") >= p.min_connections) & (pl.col("rate") >= p.min_rate_per_s)
                     & (~one_shot | (pl.col("rate") >= p.medium_rate_per_s)))
     if cand.height == 0:
@@ -221,17 +236,17 @@ def _churn(capture, conns: pl.DataFrame, p: Params) -> pl.DataFrame:
         .alias("teardown_share"),
     )
     # overlap: connections open while an earlier one of the group was still open
-    cc = cc.sort(*key, "syn_ts_ns").with_columns(
+    cc = cc.sort(*key, "syn_ts_ns", "conn").with_columns(
         (pl.col("syn_ts_ns") < pl.col("last_ts_ns").cum_max().shift(1).over(key)).fill_null(False).alias("overlaps"))
     # 4-tuple reuse: the same client port again, and how soon
-    cc = cc.sort(*key, "client_port", "syn_ts_ns").with_columns(
+    cc = cc.sort(*key, "client_port", "syn_ts_ns", "conn").with_columns(
         (pl.col("syn_ts_ns") - pl.col("last_ts_ns").shift(1).over(*svc, "client_port")).alias("port_reuse_gap"))
     agg = cc.group_by(key).agg(
         pl.len().alias("n"), pl.col("syn_ts_ns").min().alias("start_ns"), pl.col("last_ts_ns").max().alias("end_ns"),
         pl.col("syn_ts_ns").max().alias("last_syn"),
         pl.col("requests").median().alias("req_median"), pl.col("requests").sum().alias("req_total"),
-        pl.col("counted_by").drop_nulls().mode().first().alias("counted_by"),
-        pl.col("op").drop_nulls().mode().first().alias("op"),
+        pl.col("counted_by").drop_nulls().mode().sort().first().alias("counted_by"),
+        pl.col("op").drop_nulls().mode().sort().first().alias("op"),
         pl.col("setup_share").median(), pl.col("teardown_share").median(),
         pl.col("life").median().alias("life_median"),
         pl.col("client_closed_first").mean().alias("client_close_share"),
@@ -266,7 +281,7 @@ def _churn_severity(p: Params) -> pl.Expr:
             .when((rate >= p.high_rate_per_s) | (tw >= p.high_time_wait_share) | reuse_fast).then(pl.lit("high"))
             .when(rate >= p.medium_rate_per_s).then(pl.lit("medium"))
             .otherwise(pl.lit("low")))
-    one_shot = pl.col("server_port").is_in(_ports(p.one_shot_ports))
+    one_shot = pl.col("server_port").is_in(sorted(p.one_shot_ports))
     return (pl.when(pl.col("both_share") < 0.5).then(pl.lit("informational"))
             .when(one_shot & base.is_in(["medium", "high", "critical"])).then(pl.lit("low"))
             .otherwise(base))
@@ -279,7 +294,7 @@ def _churn_findings(agg: pl.DataFrame, p: Params, res: float) -> pl.DataFrame:
               / p.ephemeral_ports).otherwise(0.0).alias("tw_share"))
     agg = agg.with_columns(_churn_severity(p).alias("severity"))
     texts = []
-    one_shot = set(_ports(p.one_shot_ports))
+    one_shot = set(sorted(p.one_shot_ports))
     for r in agg.iter_rows(named=True):
         counted, setup_word = PROTOCOL_WORDS.get(r["counted_by"] or "tcp", PROTOCOL_WORDS["tcp"])
         op = {"searchRequest": "search", "CREATE": "open"}.get(r["op"] or "", (r["op"] or "request")

@@ -15,7 +15,8 @@ PREAUTH round trip is not a second request); requests that expect no answer (LDA
 count. A herd is a stretch of arrivals denser than
 ``lambda = max(min_clients / window_ns, rate_factor x baseline)``; the baseline is the key's median
 arrivals per ``baseline_bin_ns`` between its first and last arrival (empty bins included: herds
-occupy few bins, so they do not raise their own baseline; with fewer than three bins there is none).
+occupy few bins, so they do not raise their own baseline; over fewer than ``baseline_min_bins`` bins
+there is none: a herd that fills two of three bins would be its own baseline).
 The stretch is the maximum-scoring segment of ``arrivals - lambda x time`` (Kadane over each key's
 arrivals, one Numba pass), so it starts and ends where the arrivals do; its edges are trimmed by a
 second pass at 1/``trim_factor`` of its own rate (background that merely arrives at about lambda
@@ -25,7 +26,8 @@ per herd episode.
 
 Reported: herd size (distinct clients), span, rate during the herd vs the key's rate outside its
 herds, the server's p99 latency and failure share (errors, or no answer where one was expected)
-during the herd vs the ``lookback_ns`` before it (other herds left out), and the trigger when the
+during the herd vs the ``lookback_ns`` before it (before the first of the server's herds that
+overlap it; the lower of the baselines with and without other herds' requests), and the trigger when the
 capture shows it: a DNS TTL expiring (at least ``ttl_match_share`` of the herd's clients re-ask
 when their own earlier answer + its TTL runs out, within the whole-second granularity of TTLs plus
 ``ttl_tolerance_ns``; when the clients' earlier answers are not in the capture, the key's latest
@@ -35,9 +37,11 @@ of a whole second).
 
 **Clients** are told apart per server with :func:`detectors.base.client_identity_by`: an address
 with requests outstanding at once from several ports is split into address:port clients, others
-are addresses; ``client_identity`` is the rule of most of the herd's clients and the explanation
-says when it is mixed. A herd counted on the ports of fewer than ``min_clients`` addresses may be
-one busy multi-stream client: informational. **Vantage:** the herd is judged from the requests
+are addresses; ``client_identity`` is the rule of most of the herd's clients. Concurrent streams of
+one address are judged by the same impact rule as distinct hosts — 150 processes or containers on
+one node re-asking a name together, 60 parallel ``kinit`` on one GPU node, a fleet behind one NAT
+*are* the herd — and the explanation says "N concurrent streams from one address (processes,
+containers or NAT)"; only what is demonstrably one stream (one client) is informational. **Vantage:** the herd is judged from the requests
 alone; the latency part says when the server's responses are not in the capture; when the capture
 shows too little time around the herd to know the key's normal rate (less than the herd's span or
 ``window_ns``), informational. **Resolution:** spans and rates never use a window shorter than the
@@ -68,14 +72,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import polars as pl
-from numba import njit
 
-from .base import (client_identity_by, fmt_ns, findings, empty_findings, resolution_ns,
-                   severity_from_scale, transaction_frames, SEVERITIES)
+from .base import (client_identity_by, fmt_limited, fmt_ns, findings, empty_findings, resolution_ns,
+                   severity_from_scale, transaction_frames, PROTOCOL_KINDS, SEVERITIES)
+from .herd_search import herd_segments, stats_columns
+from .params import LOWER, UPPER, param
 
 NAME = "herd"
+KINDS = PROTOCOL_KINDS  # the protocol of the requests
 REQUIRES = ("dns_transactions", "kerberos_transactions", "ldap_transactions", "smb2_transactions", "interfaces")
 
 S = 1_000_000_000
@@ -83,25 +88,42 @@ S = 1_000_000_000
 
 @dataclass(frozen=True)
 class Params:
-    min_clients: int = 20  # distinct clients a herd needs at least
-    window_ns: int = 1_000_000_000  # min_clients within this gives the lowest herd rate
-    repeat_ns: int = 100_000_000  # a client's repeats of one request within this count as one arrival
-    rate_factor: float = 10.0  # the herd rate must be at least this many times the key's baseline rate
-    baseline_bin_ns: int = 1_000_000_000  # baseline = the key's median arrivals per bin of this width
-    max_span_ns: int = 10_000_000_000  # a burst longer than this is sustained load, not a herd
-    trim_factor: float = 10.0  # a herd's edges are trimmed where arrivals are this much sparser than its mean
-    medium_clients: int = 30  # impact (clients x latency factor) for medium
-    high_impact: float = 300.0  # impact for high
-    critical_impact: float = 3000.0  # impact for critical
-    latency_factor: float = 2.0  # p99 during / p99 before at least this counts as latency impact ...
-    latency_floor_ns: int = 1_000_000  # ... when the p99 also rose by at least this
-    error_rate_rise: float = 0.10  # error rate during minus before at least this: one level up
-    lookback_ns: int = 60_000_000_000  # "before the herd" is this long (other herds left out)
-    ttl_tolerance_ns: int = 250_000_000  # slack around answer time + TTL (beyond TTLs' whole seconds)
-    ttl_match_share: float = 0.5  # share of the herd's clients whose own answer expired for a TTL trigger
-    sync_tolerance_ns: int = 20_000_000  # start within this of a whole second: synchronised start
-    failure_lookback_ns: int = 10_000_000_000  # failures of the key this long before count as the trigger ...
-    failure_share: float = 0.5  # ... when they are at least this share of its requests there
+    min_clients: int = param(20, "distinct clients a herd needs at least", unit="clients", gate=LOWER, lo=1)
+    window_ns: int = param(1_000_000_000, "min_clients within this gives the lowest herd rate", unit="ns", lo=1)
+    repeat_ns: int = param(100_000_000, "a client's repeats of one request within this count as one arrival",
+                           unit="ns", lo=0)
+    rate_factor: float = param(10.0, "the herd rate must be at least this many times the key's baseline rate",
+                               unit="x", gate=LOWER, lo=1.0)
+    baseline_bin_ns: int = param(1_000_000_000, "baseline = the key's median arrivals per bin of this width",
+                                 unit="ns", lo=1)
+    baseline_min_bins: int = param(5, "... over at least this many bins (fewer: the herd would be its own "
+                                      "baseline; there is none)", unit="bins", lo=1)
+    max_span_ns: int = param(10_000_000_000, "a burst longer than this is sustained load, not a herd",
+                             unit="ns", gate=UPPER, lo=1)
+    trim_factor: float = param(10.0, "a herd's edges are trimmed where arrivals are this much sparser than its "
+                                     "mean", unit="x", lo=1.0)
+    medium_clients: int = param(30, "impact (clients x latency factor) for medium", unit="clients",
+                                gate=LOWER, lo=1)
+    high_impact: float = param(300.0, "impact for high", unit="clients", gate=LOWER, lo=1.0)
+    critical_impact: float = param(3000.0, "impact for critical", unit="clients", gate=LOWER, lo=1.0)
+    latency_factor: float = param(2.0, "p99 during / p99 before at least this counts as latency impact ...",
+                                  unit="x", gate=LOWER, lo=1.0)
+    latency_floor_ns: int = param(1_000_000, "... when the p99 also rose by at least this", unit="ns",
+                                  gate=LOWER, lo=0)
+    error_rate_rise: float = param(0.10, "error rate during minus before at least this: one level up",
+                                   unit="share", gate=LOWER, lo=0.0, hi=1.0)
+    lookback_ns: int = param(60_000_000_000, '"before the herd" (its run of overlapping herds) is this long',
+                             unit="ns", lo=1)
+    ttl_tolerance_ns: int = param(250_000_000, "slack around answer time + TTL (beyond TTLs' whole seconds)",
+                                  unit="ns", lo=0)
+    ttl_match_share: float = param(0.5, "share of the herd's clients whose own answer expired for a TTL trigger",
+                                   unit="share", lo=0.0, hi=1.0)
+    sync_tolerance_ns: int = param(20_000_000, "start within this of a whole second: synchronised start",
+                                   unit="ns", lo=0)
+    failure_lookback_ns: int = param(10_000_000_000, "failures of the key this long before count as the "
+                                                     "trigger ...", unit="ns", lo=0)
+    failure_share: float = param(0.5, "... when they are at least this share of its requests there",
+                                 unit="share", lo=0.0, hi=1.0)
 
 
 # -- requests of every protocol, one frame ---------------------------------------------------------
@@ -163,50 +185,7 @@ def requests_of(frames: dict[str, pl.DataFrame], keep: tuple[str, ...] = ()) -> 
     return pl.concat([p.cast(_REQ_SCHEMA) for p in parts], how="diagonal_relaxed" if keep else "vertical")
 
 
-# -- the segment search ----------------------------------------------------------------------------
-
-@njit(cache=True)
-def _kadane_segments(key, t, lam, min_events):
-    """Maximum-scoring segments of (1 per arrival - lam[k] per ns) in each run of equal ``key``
-    (arrivals sorted by key, then time). Returns the segment number per arrival (-1: none) for
-    segments of at least ``min_events`` arrivals."""
-    n = t.shape[0]
-    seg = np.full(n, -1, np.int64)
-    nseg = 0
-    i = 0
-    while i < n:
-        j = i
-        while j < n and key[j] == key[i]:
-            j += 1
-        cur = 0.0
-        peak = 0.0
-        start = i
-        peak_end = -1
-        for k in range(i, j):
-            cand = 0.0
-            if k > i and cur > 0.0:
-                cand = cur - lam[k] * float(t[k] - t[k - 1])
-            if cand <= 0.0:
-                if peak_end >= 0 and peak_end - start + 1 >= min_events:
-                    for m in range(start, peak_end + 1):
-                        seg[m] = nseg
-                    nseg += 1
-                start = k
-                cur = 1.0
-                peak = 1.0
-                peak_end = k
-            else:
-                cur = cand + 1.0
-                if cur > peak:
-                    peak = cur
-                    peak_end = k
-        if peak_end >= 0 and peak_end - start + 1 >= min_events:
-            for m in range(start, peak_end + 1):
-                seg[m] = nseg
-            nseg += 1
-        i = j
-    return seg
-
+# -- the segment search: detectors/herd_search.py ------------------------------------------------
 
 def _with_keys(req: pl.DataFrame) -> pl.DataFrame:
     return req.with_columns(
@@ -220,7 +199,7 @@ def _episodes(req: pl.DataFrame, params: Params, t_first: int, t_last: int) -> p
     arrivals = (
         req.with_row_index("_row").filter(pl.col("counts"))
         .select("_row", "key", pl.col("client_id").hash().alias("cid"), "request_ts_ns")
-        .sort("key", "cid", "request_ts_ns")
+        .sort("key", "cid", "request_ts_ns", "_row")
         .filter(((pl.col("request_ts_ns") - pl.col("request_ts_ns").shift(1)) >= window).fill_null(True)
                 | (pl.col("key") != pl.col("key").shift(1)).fill_null(True)
                 | (pl.col("cid") != pl.col("cid").shift(1)).fill_null(True))
@@ -239,7 +218,7 @@ def _episodes(req: pl.DataFrame, params: Params, t_first: int, t_last: int) -> p
     base = per_bin.group_by("key").agg(pl.col("c").sort().alias("cs"), pl.len().alias("nz"),
                                        pl.col("nb").first()).with_columns(
         (pl.col("nb") - pl.col("nz")).alias("zeros"), ((pl.col("nb") - 1) // 2).alias("mid")).with_columns(
-        pl.when(pl.col("nb") < 3).then(pl.lit(0, pl.UInt32))  # a median of one or two bins is the burst itself
+        pl.when(pl.col("nb") < params.baseline_min_bins).then(pl.lit(0, pl.UInt32))  # the burst itself
         .when(pl.col("mid") < pl.col("zeros")).then(pl.lit(0, pl.UInt32))
         .otherwise(pl.col("cs").list.get((pl.col("mid") - pl.col("zeros")).cast(pl.Int64), null_on_oob=True))
         .fill_null(0).cast(pl.Float64).alias("median_bin"),
@@ -247,25 +226,9 @@ def _episodes(req: pl.DataFrame, params: Params, t_first: int, t_last: int) -> p
     floor = params.min_clients / max(params.window_ns, 1)
     arrivals = arrivals.join(base, on="key", how="left").with_columns(
         pl.max_horizontal(pl.lit(floor), pl.col("baseline_rate") * params.rate_factor / S).alias("lam"),
-    ).sort("key", "request_ts_ns")
-    seg = _kadane_segments(arrivals["key"].to_numpy().astype(np.uint64).view(np.int64),
-                           arrivals["request_ts_ns"].to_numpy(), arrivals["lam"].to_numpy(),
-                           int(params.min_clients))
-    arrivals = arrivals.with_columns(pl.Series("seg", seg)).filter(pl.col("seg") >= 0)
-    # Trim: a low lambda lets a segment run into background that arrives at about lambda; the herd
-    # is the core where arrivals are far denser. Search again inside each segment at 1/trim_factor
-    # of the segment's own rate (when that is above lambda), and keep the best part.
-    if arrivals.height:
-        arrivals = arrivals.with_columns(
-            pl.max_horizontal(pl.col("lam"), pl.len().over("seg") / params.trim_factor
-                              / (pl.col("request_ts_ns").max() - pl.col("request_ts_ns").min() + 1).over("seg"))
-            .alias("lam2")).sort("seg", "request_ts_ns")
-        sub = _kadane_segments(arrivals["seg"].to_numpy(), arrivals["request_ts_ns"].to_numpy(),
-                               arrivals["lam2"].to_numpy(), int(params.min_clients))
-        arrivals = arrivals.with_columns(pl.Series("sub", sub)).filter(pl.col("sub") >= 0)
-        best = arrivals.group_by("seg", "sub").len().sort("len", "sub", descending=[True, False]).unique(
-            "seg", keep="first")
-        arrivals = arrivals.join(best.select("seg", "sub"), on=["seg", "sub"], how="semi")
+        pl.col("key").cast(pl.UInt64).reinterpret(signed=True).alias("grp"),
+    ).select("_row", "key", "cid", "request_ts_ns", "lam", "baseline_rate", "grp")
+    arrivals = herd_segments(arrivals, params)
     arrivals = arrivals.join(req.with_row_index("_row").select("_row", "client_id", "client", "client_identity"),
                              on="_row", how="left")
     eps = (arrivals.group_by("seg").agg(
@@ -274,6 +237,8 @@ def _episodes(req: pl.DataFrame, params: Params, t_first: int, t_last: int) -> p
         pl.len().alias("arrivals"), pl.col("lam").first(), pl.col("baseline_rate").first(),
         pl.col("client").n_unique().alias("addresses"),
         pl.col("client_id").filter(pl.col("client_identity") == "address+port").n_unique().alias("split_clients"),
+        pl.col("client").filter(pl.col("client_identity") == "address+port").n_unique().alias("split_addresses"),
+        pl.col("client").filter(pl.col("client_identity") == "address+port").min().alias("one_split_address"),
     ).filter((pl.col("clients") >= params.min_clients)
              & (pl.col("end_ns") - pl.col("start_ns") <= params.max_span_ns)))
     return eps.sort("start_ns", "key")
@@ -281,24 +246,62 @@ def _episodes(req: pl.DataFrame, params: Params, t_first: int, t_last: int) -> p
 
 # -- the report ------------------------------------------------------------------------------------
 
-def _p99(col: str = "latency_ns") -> pl.Expr:
-    return pl.col(col).drop_nulls().quantile(0.99, "linear")
-
-
 def _server_stats(req: pl.DataFrame, eps: pl.DataFrame, params: Params) -> pl.DataFrame:
-    """Per episode: the server's (same protocol) p99 latency and failure share during and before."""
+    """Per episode: the server's (same protocol) p99 latency and failure share during and before.
+
+    "Before" is the ``lookback_ns`` before the first of the server's herds that overlap this one
+    (a run of herds that overlap in time, such as the AS and then the TGS requests of the same
+    logins): the requests of an overlapping herd are not the server's normal latency, and where one
+    herd ends and the next begins must not decide what is "before". The baseline (p99, failure
+    share) is the lower of the lookback's with and without the other herds' requests: an earlier
+    herd must not inflate it, and leaving out a burst that only a looser setting calls a herd must
+    not hide a rise (lowering a threshold never downgrades a finding). One sorted pass per server (window bounds by binary search), never a join of every
+    episode with every request."""
+    runs = (eps.filter(pl.col("clients") > 1).select("seg", "protocol", "server", "start_ns", "end_ns")
+            .sort("protocol", "server", "start_ns", "seg")
+            .with_columns((pl.col("start_ns") > pl.col("end_ns").cum_max().shift(1).over("protocol", "server"))
+                          .fill_null(True).cum_sum().alias("_run"))
+            .select("seg", pl.col("start_ns").min().over("_run").alias("_run_start")))
+    e = (eps.select("seg", "protocol", "server", "start_ns", "end_ns").join(runs, on="seg", how="left")
+         .with_columns(pl.coalesce("_run_start", "start_ns").alias("_before_end")))
     srv = req.select("protocol", "server", "request_ts_ns", "latency_ns", "answered", "failed", "in_herd")
-    e = eps.select("seg", "protocol", "server", "start_ns", "end_ns")
-    j = e.join(srv, on=["protocol", "server"], how="inner")
-    fail = pl.col("failed").cast(pl.Float64)
-    during = j.filter(pl.col("request_ts_ns").is_between(pl.col("start_ns"), pl.col("end_ns"))).group_by("seg").agg(
-        _p99().alias("p99_during"), fail.mean().alias("fail_during"), pl.col("answered").sum().alias("answered_during"),
-        pl.len().alias("n_during"))
-    before = j.filter((pl.col("request_ts_ns") < pl.col("start_ns"))
-                      & (pl.col("request_ts_ns") >= pl.col("start_ns") - params.lookback_ns)
-                      & ~pl.col("in_herd")).group_by("seg").agg(
-        _p99().alias("p99_before"), fail.mean().alias("fail_before"), pl.len().alias("n_before"))
-    return eps.join(during, on="seg", how="left").join(before, on="seg", how="left")
+    by_srv = {k: g.sort("request_ts_ns") for k, g in srv.group_by(["protocol", "server"])}
+    parts = []
+    for (proto, server), ge in e.group_by(["protocol", "server"]):
+        g = by_srv.get((proto, server))
+        if g is None:
+            continue
+        cols = {"seg": ge["seg"].to_numpy()}
+        t = g["request_ts_ns"].to_numpy()
+        cols |= stats_columns(t, g, ge["start_ns"].to_numpy(), ge["end_ns"].to_numpy(), "right", "during")
+        quiet = g.filter(~pl.col("in_herd"))
+        b_end = ge["_before_end"].to_numpy()
+        cols |= stats_columns(quiet["request_ts_ns"].to_numpy(), quiet, b_end - int(params.lookback_ns), b_end,
+                               "left", "before")
+        cols |= stats_columns(t, g, b_end - int(params.lookback_ns), b_end, "left", "before_all")
+        parts.append(pl.DataFrame(cols))
+    schema = {"seg": eps.schema["seg"], "p99_during": pl.Float64, "fail_during": pl.Float64,
+              "answered_during": pl.Int64, "n_during": pl.Int64, "p99_before": pl.Float64,
+              "fail_before": pl.Float64, "answered_before": pl.Int64, "n_before": pl.Int64,
+              "p99_before_all": pl.Float64, "fail_before_all": pl.Float64, "answered_before_all": pl.Int64,
+              "n_before_all": pl.Int64}
+    stats = (pl.concat([p.cast({k: schema[k] for k in p.columns}) for p in parts]) if parts
+             else pl.DataFrame(schema=schema))
+    # an empty window has no statistics (null, as for a server without requests)
+    def kept(c: str, n: str) -> pl.Expr:
+        value = pl.col(c).fill_nan(None) if schema[c] == pl.Float64 else pl.col(c)
+        return pl.when(pl.col(n) > 0).then(value).alias(c)
+
+    stats = stats.with_columns(
+        *[kept(c, "n_during") for c in ("p99_during", "fail_during", "answered_during", "n_during")],
+        *[kept(c, "n_before") for c in ("p99_before", "fail_before", "n_before")],
+        *[kept(c, "n_before_all") for c in ("p99_before_all", "fail_before_all", "n_before_all")],
+    ).select(  # the lower of the two baselines (see above)
+        "seg", "p99_during", "fail_during", "answered_during", "n_during",
+        pl.min_horizontal("p99_before", "p99_before_all").alias("p99_before"),
+        pl.min_horizontal("fail_before", "fail_before_all").alias("fail_before"),
+        pl.max_horizontal("n_before", "n_before_all").alias("n_before"))
+    return eps.join(stats, on="seg", how="left")
 
 
 def _evidence(req: pl.DataFrame, eps: pl.DataFrame) -> pl.DataFrame:
@@ -325,7 +328,7 @@ def _ttl_trigger(req: pl.DataFrame, eps: pl.DataFrame, params: Params) -> pl.Dat
             .filter(pl.col("request_ts_ns").is_between(pl.col("start_ns"), pl.col("end_ns")))
             .group_by("seg", "key", "client_id").agg(pl.col("request_ts_ns").min()))
     mine = (herd.sort("request_ts_ns")
-            .join_asof(answers.sort("ans_ts"), left_on="request_ts_ns", right_on="ans_ts", by=["key", "client_id"],
+            .join_asof(answers.sort("ans_ts", "ttl"), left_on="request_ts_ns", right_on="ans_ts", by=["key", "client_id"],
                        strategy="backward", allow_exact_matches=False, check_sortedness=False)
             .with_columns((pl.col("ans_ts") + pl.col("ttl") * S).alias("expiry"))
             .with_columns(pl.col("request_ts_ns").is_between(pl.col("expiry") - tol, pl.col("expiry") + S + tol)
@@ -336,7 +339,7 @@ def _ttl_trigger(req: pl.DataFrame, eps: pl.DataFrame, params: Params) -> pl.Dat
         pl.col("ttl").filter(pl.col("hit").fill_null(False)).max().alias("ttl_hit"))
     # fallback when the clients' own answers are not in the capture: the key's latest earlier answer
     latest = (eps.select("seg", "key", "start_ns").sort("start_ns")
-              .join_asof(answers.select("key", "ans_ts", "ttl").sort("ans_ts"), left_on="start_ns", right_on="ans_ts",
+              .join_asof(answers.select("key", "ans_ts", "ttl").sort("ans_ts", "ttl"), left_on="start_ns", right_on="ans_ts",
                          by="key", strategy="backward", allow_exact_matches=False, check_sortedness=False)
               .with_columns((pl.col("ans_ts") + pl.col("ttl") * S).alias("expiry"))
               .with_columns(pl.col("start_ns").is_between(pl.col("expiry") - tol, pl.col("expiry") + S + tol)
@@ -394,7 +397,7 @@ def _explain(r: dict, res_ns: float) -> str:
     if span < res_ns:
         within = f"within {fmt_ns(res_ns)} (the capture's timestamp resolution)"
     else:
-        within = f"within {fmt_ns(span)}"
+        within = f"within {fmt_limited(span, res_ns)}"
     proto, op = r["protocol"], r["operation"] or ""
     what = r["resource"] or op or "the same request"
     if proto == "dns" and op:
@@ -424,22 +427,34 @@ def _explain(r: dict, res_ns: float) -> str:
     elif r["p99_during"] is None:
         lat = f"; the server answered none of them ({r['fail_during'] * 100:.0f} % failures during the herd)"
     elif r["p99_before"] is None:
-        lat = (f"; server p99 latency {fmt_ns(r['p99_during'])} and {r['fail_during'] * 100:.0f} % failures "
+        lat = (f"; server p99 latency {fmt_limited(r['p99_during'], res_ns)} and "
+               f"{r['fail_during'] * 100:.0f} % failures "
                f"during the herd (no earlier requests to compare)")
     else:
         verb = "rose" if r["p99_during"] > r["p99_before"] else "went"
-        lat = (f"; server p99 latency {verb} from {fmt_ns(r['p99_before'])} to {fmt_ns(r['p99_during'])}, "
+        lat = (f"; server p99 latency {verb} from {fmt_limited(r['p99_before'], res_ns)} to "
+               f"{fmt_limited(r['p99_during'], res_ns)}, "
                f"failures {r['fail_before'] * 100:.0f} % -> {r['fail_during'] * 100:.0f} %")
-    if 0 < r["split_clients"] < r["clients"]:
-        lat += (f"; {r['split_clients']} of the clients are address:port (addresses with concurrent request "
-                f"streams), the others addresses")
-    if not r["by_address"]:
-        lat += (f"; counted as address+port, the requests come from only {r['addresses']} address(es): "
-                f"possibly one busy client with many streams rather than a herd (informational)")
+    lat += streams_text(r["clients"], r["split_clients"], r["split_addresses"], r["one_split_address"])
+    if r["clients"] <= 1:
+        lat += "; all of it is one request stream (one client, one port), not a herd (informational)"
     if not r["judged"]:
         lat += ("; the capture is too short around it to know the normal rate, so this may be ordinary "
                 "load (informational)")
     return head + trigger + rate_s + lat
+
+
+def streams_text(clients: int, split_clients: int, split_addresses: int, one_address: str | None) -> str:
+    """How many of the clients are concurrent request streams of one address (told apart by port)."""
+    if not split_clients:
+        return ""
+    where = "one address" if split_addresses == 1 else f"{split_addresses} addresses"
+    text = f"; {split_clients} concurrent streams from {where} (processes, containers or NAT)"
+    if split_addresses == 1 and one_address:
+        text += f": {one_address}"
+    if split_clients < clients:
+        text += f", the other {clients - split_clients} clients distinct addresses"
+    return text
 
 
 def _observed_period(capture, req: pl.DataFrame) -> tuple[int, int]:
@@ -468,22 +483,29 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
     res_ns = resolution_ns(capture)
     keyinfo = (req.filter(pl.col("key").is_in(eps["key"].implode()))
                .group_by("key").agg(pl.col("protocol").first(), pl.col("server").first(),
-                                    pl.col("operation").first(), pl.col("resource").mode().first(),
+                                    pl.col("operation").first(), pl.col("resource").mode().sort().first(),
                                     pl.col("counts").sum().alias("key_requests")))
     eps = eps.join(keyinfo, on="key", how="left").with_columns(
         pl.when(pl.col("split_clients") * 2 > pl.col("clients")).then(pl.lit("address+port"))
         .otherwise(pl.lit("address")).alias("client_identity"))
     hits = _evidence(req, eps)
-    in_herd = hits.select("request_frame", "request_ts_ns").unique().with_columns(pl.lit(True).alias("in_herd"))
+    ev = hits.group_by("seg").agg(pl.col("request_frame").alias("evidence_frames"), pl.len().alias("in_span"))
+    # "outside its herds" and "before the herd, other herds left out" leave out herds of at least two
+    # clients: an episode of one stream is not a herd (with min_clients=1 every request would be one,
+    # and nothing would be left to compare with)
+    herds = eps.filter(pl.col("clients") > 1)
+    hits_of_herds = hits.join(herds.select("seg"), on="seg", how="semi")
+    in_herd = hits_of_herds.select("request_frame", "request_ts_ns").unique().with_columns(
+        pl.lit(True).alias("in_herd"))
     req = req.join(in_herd, on=["request_frame", "request_ts_ns"], how="left").with_columns(
         pl.col("in_herd").fill_null(False))
-    ev = hits.group_by("seg").agg(pl.col("request_frame").alias("evidence_frames"), pl.len().alias("in_span"))
     # the key's rate outside its herds
-    herd_time = eps.group_by("key").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("herd_ns"))
-    herd_reqs = hits.group_by("key").agg(pl.col("counts").sum().alias("herd_requests"))
+    herd_time = herds.group_by("key").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("herd_ns"))
+    herd_reqs = hits_of_herds.group_by("key").agg(pl.col("counts").sum().alias("herd_requests"))
     duration = max(t_last - t_first, 1)
     eps = (eps.join(ev, on="seg", how="left").join(herd_time, on="key", how="left")
            .join(herd_reqs, on="key", how="left")
+           .with_columns(pl.col("herd_ns").fill_null(0), pl.col("herd_requests").fill_null(0))
            .with_columns(((pl.col("key_requests") - pl.col("herd_requests")).clip(0)
                           / ((duration - pl.col("herd_ns")).clip(1) / S)).alias("baseline_outside"),
                          (duration - pl.col("herd_ns")).alias("outside_ns"),
@@ -527,10 +549,11 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
         pl.when(bump).then(pl.col("_sev").replace_strict({s: order[min(k + 1, len(order) - 1)]
                                                            for k, s in enumerate(order)}))
         .otherwise(pl.col("_sev")).alias("severity"))
-    # a herd counted on the ports of fewer than min_clients addresses may be one busy multi-stream
-    # client rather than many clients: it cannot judge
-    eps = eps.with_columns((pl.col("addresses") >= params.min_clients).alias("by_address")).with_columns(
-        pl.when(pl.col("judged") & pl.col("by_address")).then(pl.col("severity"))
+    # concurrent streams of one address (processes, containers, NAT) are judged like distinct hosts:
+    # only what is demonstrably one stream (one client: one port, or one connection's pipelined
+    # requests) is not a herd, and a capture too short to know the normal rate cannot judge
+    eps = eps.with_columns(
+        pl.when(pl.col("judged") & (pl.col("clients") > 1)).then(pl.col("severity"))
         .otherwise(pl.lit("informational")).alias("severity"))
     rows = eps.sort("start_ns").to_dicts()
     expl = [_explain(r, res_ns) for r in rows]

@@ -38,7 +38,8 @@ possibly relaying its own clients' retries.
 
 **Clients** per :func:`detectors.base.client_identity_by` per server (address, or address:port for
 an address with requests outstanding at once from several ports); ``client_identity`` is the rule
-of most of the episode's clients. **Vantage:** a capture without a single answer of the protocol
+of most of the episode's clients; concurrent streams of one address count like distinct hosts and the
+explanation says "N concurrent streams from one address (processes, containers or NAT)". **Vantage:** a capture without a single answer of the protocol
 (one direction only) cannot tell a retry from a new request: such episodes are informational and
 say so. **Resolution:** intervals within ten ticks of the capture's timestamp resolution are not
 classified, and the explanation says so.
@@ -73,11 +74,13 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from .base import (client_identity_by, fmt_ns, findings, empty_findings, resolution_ns, transaction_frames,
-                   SEVERITIES)
-from .herd import requests_of
+from .base import (client_identity_by, fmt_limited, fmt_ns, findings, empty_findings, resolution_ns,
+                   transaction_frames, PROTOCOL_KINDS, SEVERITIES)
+from .params import LOWER, UPPER, param
+from .herd import requests_of, streams_text
 
 NAME = "retry_storm"
+KINDS = PROTOCOL_KINDS + ("tcp",)  # the protocol of the requests
 REQUIRES = ("dns_transactions", "dns_messages", "kerberos_transactions", "ldap_transactions",
             "smb2_transactions", "connections", "tcp_segments", "interfaces")
 
@@ -87,25 +90,38 @@ SYN, ACK = 0x02, 0x10
 
 @dataclass(frozen=True)
 class Params:
-    max_gap_ns: int = 10_000_000_000  # a resend later than this after the previous try is a new request
-    episode_gap_ns: int = 10_000_000_000  # retried requests of one server this close form one episode
-    min_retries: int = 3  # episodes with fewer retries are not reported
-    medium_amplification: float = 3.0  # sends per retried request for medium (with medium_clients) ...
-    medium_clients: int = 3
-    solo_amplification: float = 100.0  # ... or this many on a fixed timer, whatever the number of clients ...
-    solo_max_interval_ns: int = 1_000_000_000  # ... resending at least once a second (hammering)
-    high_amplification: float = 10.0  # high: this amplification, or ...
-    high_clients: int = 10  # ... this many clients with ...
-    high_retries: int = 100  # ... this many retries
-    critical_clients: int = 100  # critical: this many clients at high_amplification, or ...
-    critical_retries: int = 10_000  # ... this many retries
-    growth_ratio: float = 1.25  # intervals growing by at least this factor per retry: backoff (linear or exponential)
-    fixed_ratio: float = 1.25  # growth above 1/this (and below growth_ratio): a fixed timer, unless ...
-    linear_step: float = 0.10  # ... the intervals grow steadily by at least this share each time: linear
-    jitter: float = 0.10  # median absolute residual (log scale, or relative) above this: jittered
-    no_timer: float = 0.5  # ... above this (Poisson arrivals give ~0.75, +-50 % jitter ~0.2): no timer, irregular
-    min_speedup: float = 1.5  # clients must resend this much faster than they normally ask (when known)
-    sync_ratio: float = 0.25  # nearest other-client retry at most this share of the independent expectation: in phase
+    max_gap_ns: int = param(10_000_000_000, "a resend later than this after the previous try is a new request",
+                            unit="ns", lo=1)
+    episode_gap_ns: int = param(10_000_000_000, "retried requests of one server this close form one episode",
+                                unit="ns", lo=1)
+    min_retries: int = param(3, "episodes with fewer retries are not reported", unit="retries", gate=LOWER, lo=1)
+    medium_amplification: float = param(3.0, "sends per retried request for medium (with medium_clients) ...",
+                                        unit="x", gate=LOWER, lo=1.0)
+    medium_clients: int = param(3, "... clients retrying for medium", unit="clients", gate=LOWER, lo=1)
+    solo_amplification: float = param(100.0, "... or this many sends per request on a fixed timer, whatever "
+                                             "the number of clients ...", unit="x", gate=LOWER, lo=1.0)
+    solo_max_interval_ns: int = param(1_000_000_000, "... resending at least once in this (hammering)",
+                                      unit="ns", gate=UPPER, lo=1)
+    high_amplification: float = param(10.0, "high: this amplification, or ...", unit="x", gate=LOWER, lo=1.0)
+    high_clients: int = param(10, "... this many clients with ...", unit="clients", gate=LOWER, lo=1)
+    high_retries: int = param(100, "... this many retries", unit="retries", gate=LOWER, lo=1)
+    critical_clients: int = param(100, "critical: this many clients at high_amplification, or ...",
+                                  unit="clients", gate=LOWER, lo=1)
+    critical_retries: int = param(10_000, "... this many retries", unit="retries", gate=LOWER, lo=1)
+    growth_ratio: float = param(1.25, "intervals growing by at least this factor per retry: backoff (linear or "
+                                      "exponential)", unit="x", lo=1.0)
+    fixed_ratio: float = param(1.25, "growth above 1/this (and below growth_ratio): a fixed timer, unless ...",
+                               unit="x", lo=1.0)
+    linear_step: float = param(0.10, "... the intervals grow steadily by at least this share each time: linear",
+                               unit="share", lo=0.0)
+    jitter: float = param(0.10, "median absolute residual (log scale, or relative) above this: jittered",
+                          unit="", lo=0.0)
+    no_timer: float = param(0.5, "... above this (Poisson arrivals give ~0.75, +-50 % jitter ~0.2): no timer, "
+                                 "irregular", unit="", lo=0.0)
+    min_speedup: float = param(1.5, "clients must resend this much faster than they normally ask (when known)",
+                               unit="x", gate=LOWER, lo=0.0)
+    sync_ratio: float = param(0.25, "nearest other-client retry at most this share of the independent "
+                                    "expectation: in phase", unit="share", lo=0.0, hi=1.0)
 
 
 # -- sends -------------------------------------------------------------------------------------------
@@ -163,7 +179,7 @@ def _dns_retransmissions(capture, dns_tx: pl.DataFrame) -> pl.DataFrame | None:
         pl.col("server").cast(pl.String), pl.col("server_port").cast(pl.UInt16), pl.col("id").cast(pl.UInt16),
         pl.col("resource").cast(pl.String), pl.col("qtype").cast(pl.UInt16),
         pl.col("request_ts_ns").cast(pl.Int64).alias("tx_ts"), pl.col("_txn"))
-    return rt.sort("ts").join_asof(tx.sort("tx_ts"), left_on="ts", right_on="tx_ts", by=by, strategy="backward",
+    return rt.sort("ts").join_asof(tx.sort("tx_ts", "_txn"), left_on="ts", right_on="tx_ts", by=by, strategy="backward",
                                    check_sortedness=False)
 
 
@@ -324,7 +340,7 @@ def in_phase(retries: pl.DataFrame, duration_ns: int) -> float | None:
     clients retry in phase, near 1 when not. None with fewer than 3 clients or 10 retries."""
     if retries.height < 10 or retries["client_id"].n_unique() < 3 or duration_ns <= 0:
         return None
-    r = retries.sort("ts").with_columns(
+    r = retries.sort("ts", "client_id").with_columns(  # ties by client: the same in every run
         pl.when(pl.col("client_id").shift(1) != pl.col("client_id")).then(pl.col("ts") - pl.col("ts").shift(1))
         .alias("dp"),
         pl.when(pl.col("client_id").shift(-1) != pl.col("client_id")).then(pl.col("ts").shift(-1) - pl.col("ts"))
@@ -381,7 +397,7 @@ def _explain(r: dict, res_ns: float) -> str:
     phase = ""
     if r["speedup"] is not None and r["pace_known"] >= 0.5 and r["speedup"] >= 1.5:
         phase += (f"; {_num(r['speedup'])}x faster than the clients normally ask for it (every "
-                  f"{fmt_ns(r['normal_gap'])})")
+                  f"{fmt_limited(r['normal_gap'], res_ns)})")
     if r["sync"] is not None:
         phase += "; clients retry in phase (synchronised)" if r["synced"] else "; clients retry out of phase"
     errs = r["error_answers"] or 0
@@ -394,14 +410,15 @@ def _explain(r: dict, res_ns: float) -> str:
     elif r["rtt_ns"] is None or r["rtt_ns"] <= 0:
         timer = f"; retry {'interval' if after_errors else 'timer'} {fmt_ns(r['timer_ns'])}, response time unknown"
     elif after_errors:
-        timer = (f"; median retry interval {fmt_ns(r['timer_ns'])} against a {fmt_ns(r['rtt_ns'])} "
+        timer = (f"; median retry interval {fmt_ns(r['timer_ns'])} against a {fmt_limited(r['rtt_ns'], res_ns)} "
                  f"{rtt_name}{rtt_of}")
     elif r["timer_ns"] < r["rtt_ns"]:
-        timer = (f"; the retry timer {fmt_ns(r['timer_ns'])} is shorter than the server's {fmt_ns(r['rtt_ns'])} "
+        timer = (f"; the retry timer {fmt_ns(r['timer_ns'])} is shorter than the server's "
+                 f"{fmt_limited(r['rtt_ns'], res_ns)} "
                  f"{rtt_name}{rtt_of}: clients resend before it could have answered")
     else:
         timer = (f"; retry timer {fmt_ns(r['timer_ns'])} is {_num(r['timer_ns'] / r['rtt_ns'])}x the "
-                 f"{fmt_ns(r['rtt_ns'])} {rtt_name}{rtt_of}")
+                 f"{fmt_limited(r['rtt_ns'], res_ns)} {rtt_name}{rtt_of}")
     outcome = (f"; {r['chains_ok']} of {r['chains']} eventually succeeded" if r["chains_ok"] < r["chains"]
                else "; all eventually succeeded")
     unanswered = max(r["sends"] - r["chains_ok"] - errs, 0)
@@ -422,10 +439,11 @@ def _explain(r: dict, res_ns: float) -> str:
         cause = f" — {who} {back_off} as RFC 8085 asks: an outage ridden out, not a storm"
     if r["polling"] and r["backoff"] != "exponential" and not r["relay"]:
         cause = (f" — but the clients resend no faster than they normally ask for it (every "
-                 f"{fmt_ns(r['normal_gap'])}): polling through a failure, no load added")
+                 f"{fmt_limited(r['normal_gap'], res_ns)}): polling through a failure, no load added")
     relay = (f"; {r['one_addr']} is itself a server of this protocol here: it may be relaying its own clients' "
              f"retries (see the finding at it)") if r["relay"] else ""
-    return head + after + back + phase + timer + outcome + cause + relay
+    streams = streams_text(r["clients"], r["split_clients"], r["split_addresses"], r["one_split_address"])
+    return head + after + back + phase + timer + outcome + cause + relay + streams
 
 
 def detect(capture, params: Params = Params()) -> pl.DataFrame:
@@ -448,7 +466,7 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
     sub = client_identity_by(sub, ["kind", "server"], start="ts", end="end_ts")
     gkey = ["kind", "client_id", "server", "server_port", "operation", "key_resource"]
     narrow = sub.select("_row", pl.struct(gkey).hash().alias("_g"), "ts", "ok_ts", "err_ts", "reliable", "flow",
-                        "extra").sort("_g", "ts")
+                        "extra").sort("_g", "ts", "_row")
     prev_ok = (pl.col("ok_ts").shift(1) <= pl.col("ts")).fill_null(False)
     prev_err = (pl.col("err_ts").shift(1) <= pl.col("ts")).fill_null(False)
     # no answer yet: a resend over UDP (or a new SYN); over TCP the transport retransmits, so only a
@@ -473,7 +491,7 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
     rtt_kind = first_try.group_by("kind").agg(pl.col("latency_ns").median().alias("rtt_kind"))
     if narrow.height == 0:
         return empty_findings()
-    s = sub.join(narrow, on="_row", how="inner").sort("chain", "ts")
+    s = sub.join(narrow, on="_row", how="inner").sort("chain", "ts", "_row")
     retried = s.group_by("chain").agg(
         pl.col("kind").first(), pl.col("client_id").first(), pl.col("client_identity").first(),
         pl.col("server").first(), pl.col("server_port").first(), pl.col("operation").first(),
@@ -486,7 +504,7 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
     ).with_columns((pl.col("normal_gap") / pl.col("intervals").list.median()).alias("speedup"))
     # episodes per server and port
     sk = ["kind", "server", "server_port"]
-    retried = retried.sort([*sk, "first_ts"]).with_columns(
+    retried = retried.sort([*sk, "first_ts", "chain"]).with_columns(
         (pl.all_horizontal([(pl.col(c) == pl.col(c).shift(1)).fill_null(False) for c in sk])
          & (pl.col("first_ts") <= pl.col("last_ts").cum_max().shift(1).over(sk) + params.episode_gap_ns
             ).fill_null(False)).alias("_same"),
@@ -499,9 +517,11 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
         pl.col("client_id").n_unique().alias("clients"), pl.len().alias("chains"),
         pl.col("tries").sum().alias("sends"), (pl.col("tries") - 1).sum().alias("retries"),
         pl.col("ok").sum().alias("chains_ok"),
-        pl.col("operation").mode().first(), pl.col("resource").mode().first(),
+        pl.col("operation").mode().sort().first(), pl.col("resource").mode().sort().first(),
         pl.col("key_resource").n_unique().alias("n_resources"),
         pl.col("client_id").filter(pl.col("client_identity") == "address+port").n_unique().alias("split_clients"),
+        pl.col("one_addr").filter(pl.col("client_identity") == "address+port").n_unique().alias("split_addresses"),
+        pl.col("one_addr").filter(pl.col("client_identity") == "address+port").min().alias("one_split_address"),
         pl.col("frames").list.explode(keep_nulls=False, empty_as_null=False).alias("evidence_frames"),
         pl.col("intervals").list.first().drop_nulls().median().alias("timer_ns"),
         pl.col("intervals").list.explode(keep_nulls=False, empty_as_null=False).median().alias("median_interval_ns"),
@@ -511,7 +531,7 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
         pl.col("normal_gap").median(),
     ).with_columns(
         pl.col("_errs").list.len().alias("error_answers"),
-        pl.col("_errs").list.eval(pl.element().mode().first()).list.first().alias("top_error"),
+        pl.col("_errs").list.eval(pl.element().mode().sort().first()).list.first().alias("top_error"),
         pl.col("_errs").list.n_unique().alias("error_kinds"),
     ).drop("_errs").filter(pl.col("retries") >= params.min_retries).sort("start_ns")
     if eps.height == 0:

@@ -68,8 +68,10 @@ import polars as pl
 
 from .base import (SEVERITY_RANK, client_identity, empty_findings, findings, fmt_ns, resolution_ns,
                    severity_from_scale)
+from .params import LOWER, UPPER, param
 
 NAME = "smb_break_queue"
+KINDS = ("slow_ack", "unacknowledged", "storm")
 REQUIRES = ("smb2_breaks", "smb2_transactions", "connections")
 
 
@@ -77,27 +79,27 @@ REQUIRES = ("smb2_breaks", "smb2_transactions", "connections")
 class Params:
     """Thresholds and windows of the break-queue detector."""
 
-    # slow-acknowledgment threshold floor: acks faster than this are never reported
-    min_ack_latency_ns: int = 50_000_000
-    # ... and at least this multiple of the path baseline (max of the holder's RTT and the server's
-    # median SMB2 response time)
-    ack_latency_factor: float = 20.0
-    # the server's oplock break acknowledgment timer (MS-SMB2 3.3.2.1; Windows default 35 s)
-    break_timeout_ns: int = 35_000_000_000
-    # a request counts as queued behind a break only if it waited at least this long
-    min_waiter_wait_ns: int = 10_000_000
-    # ... and was answered at most this long after the break ended (else it waited for something else)
-    release_window_ns: int = 1_000_000_000
-    # severity steps on the total time others waited behind one break (seconds)
-    medium_wait_s: float = 0.5
-    high_wait_s: float = 5.0
-    critical_wait_s: float = 60.0
-    # at least high when this many requests queued behind one break
-    many_waiters: int = 10
-    # break storm: at least this many breaks on one file ...
-    storm_min_breaks: int = 8
-    # ... within this window
-    storm_window_ns: int = 10_000_000_000
+    min_ack_latency_ns: int = param(50_000_000, "slow-acknowledgment floor: acks faster than this are never "
+                                                "reported", unit="ns", gate=LOWER, lo=0)
+    ack_latency_factor: float = param(20.0, "... and at least this multiple of the path baseline (max of the "
+                                            "holder's RTT and the server's median SMB2 response time)",
+                                      unit="x", gate=LOWER, lo=0.0)
+    break_timeout_ns: int = param(35_000_000_000, "the server's oplock break acknowledgment timer (MS-SMB2 "
+                                                  "3.3.2.1; Windows default 35 s)", unit="ns", lo=1)
+    min_waiter_wait_ns: int = param(10_000_000, "a request counts as queued behind a break only if it waited "
+                                                "at least this long", unit="ns", gate=LOWER, lo=0)
+    release_window_ns: int = param(1_000_000_000, "... and was answered at most this long after the break "
+                                                  "ended (else it waited for something else)", unit="ns",
+                                   gate=UPPER, lo=0)
+    medium_wait_s: float = param(0.5, "severity: medium from this total time others waited behind one break",
+                                 unit="s", gate=LOWER, lo=0.0)
+    high_wait_s: float = param(5.0, "... high from this", unit="s", gate=LOWER, lo=0.0)
+    critical_wait_s: float = param(60.0, "... critical from this", unit="s", gate=LOWER, lo=0.0)
+    many_waiters: int = param(10, "at least high when this many requests queued behind one break",
+                              unit="requests", gate=LOWER, lo=1)
+    storm_min_breaks: int = param(8, "break storm: at least this many breaks on one file ...", unit="breaks",
+                                  gate=LOWER, lo=1)
+    storm_window_ns: int = param(10_000_000_000, "... within this window", unit="ns", lo=1)
 
 
 def _empty_transactions() -> pl.DataFrame:
@@ -169,8 +171,8 @@ def break_table(capture, params: Params = Params()) -> pl.DataFrame:
             pl.col("server").cast(pl.String), pl.concat_str([pl.lit("L:"), pl.col("lease_key")]).alias("rkey"),
             "request_ts_ns", "request_frame")
         c = pl.concat([c_fid, c_lease]).drop_nulls("rkey").rename(
-            {"request_ts_ns": "close_ts_ns", "request_frame": "close_frame"}).sort("close_ts_ns")
-        b = b.sort("ts_ns").join_asof(c, left_on="ts_ns", right_on="close_ts_ns", by=["server", "rkey"],
+            {"request_ts_ns": "close_ts_ns", "request_frame": "close_frame"}).sort("close_ts_ns", "close_frame")
+        b = b.sort("ts_ns", "bid").join_asof(c, left_on="ts_ns", right_on="close_ts_ns", by=["server", "rkey"],
                                       strategy="forward", check_sortedness=False).sort("bid")
     else:
         b = b.with_columns(pl.lit(None, pl.Int64).alias("close_ts_ns"), pl.lit(None, pl.UInt32).alias("close_frame"))
@@ -251,7 +253,7 @@ def _waiter_pairs(b: pl.DataFrame, tx: pl.DataFrame, ident: pl.Expr, end: int | 
         & (pl.col("w_fid").fill_null("") != pl.col("b_rkey")) & (pl.col("w_lease").fill_null("") != pl.col("b_rkey"))
     )
     # a request waits behind one break: the latest that started before it
-    return pairs.sort("tid", "b_start").unique("tid", keep="last")
+    return pairs.sort("tid", "b_start", "bid").unique("tid", keep="last", maintain_order=True)
 
 
 def _waiters(b: pl.DataFrame, tx: pl.DataFrame, ident: pl.Expr, end: int | None, params: Params) -> pl.DataFrame:
@@ -425,7 +427,7 @@ def _break_row(r: dict, params: Params) -> dict:
 
 def _storm_findings(b: pl.DataFrame, params: Params) -> pl.DataFrame:
     k = max(2, params.storm_min_breaks)
-    s = b.filter(pl.col("pkey").is_not_null()).sort("server", "pkey", "ts_ns")
+    s = b.filter(pl.col("pkey").is_not_null()).sort("server", "pkey", "ts_ns", "bid")
     if s.height < k:
         return pl.DataFrame()
     grp = ["server", "pkey"]

@@ -71,8 +71,10 @@ import polars as pl
 from numba import njit
 
 from .base import SEVERITIES, SEVERITY_RANK, client_identity, empty_findings, findings, fmt_ns, resolution_ns
+from .params import LOWER, UPPER, param
 
 NAME = "toctou"
+KINDS = ("lost_update", "stale_use", "outcome_unknown", "race_exposure", "vantage")
 REQUIRES = ("smb2_transactions", "ldap_transactions", "ldap_messages")
 
 
@@ -80,28 +82,27 @@ REQUIRES = ("smb2_transactions", "ldap_transactions", "ldap_messages")
 class Params:
     """Windows and thresholds of the check-then-use detector."""
 
-    # longest check -> write window considered (a later write is not taken as acting on that check)
-    max_window_ns: int = 10_000_000_000
-    # longest check -> re-open window for a stale_use
-    stale_max_window_ns: int = 1_000_000_000
-    # severity of a stale_use (a re-open after another client's change): informational .. critical
-    stale_use_severity: str = "low"
-    # lost updates on one resource from which each is high / critical (a systematic race)
-    high_repeats: int = 5
-    critical_repeats: int = 50
-    # an LDAP search checks the entries it returned only when it returned at most this many
-    max_entries_per_search: int = 10
-    # a client's changes to one resource less than this apart are one change episode (rate estimate)
-    episode_gap_ns: int = 100_000_000
-    # race_exposure: mean race probability per window to report (informational), to call it low,
-    # and to flag it (medium)
-    min_report_probability: float = 0.01
-    low_probability: float = 0.1
-    high_probability: float = 0.5
-    # a server with at least this many requests and no response captured cannot be judged
-    min_requests_for_vantage: int = 20
-    # changes examined per window (bounds the work on very hot resources)
-    max_scan: int = 100_000
+    max_window_ns: int = param(10_000_000_000, "longest check -> write window considered (a later write is "
+                                               "not taken as acting on that check)", unit="ns", gate=UPPER, lo=0)
+    stale_max_window_ns: int = param(1_000_000_000, "longest check -> re-open window for a stale_use",
+                                     unit="ns", gate=UPPER, lo=0)
+    stale_use_severity: str = param("low", "severity of a stale_use (a re-open after another client's change)",
+                                    choices=SEVERITIES)
+    high_repeats: int = param(5, "lost updates on one resource from which each is high (a systematic race)",
+                              unit="updates", gate=LOWER, lo=1)
+    critical_repeats: int = param(50, "... and critical", unit="updates", gate=LOWER, lo=1)
+    max_entries_per_search: int = param(10, "an LDAP search checks the entries it returned only when it "
+                                            "returned at most this many", unit="entries", gate=UPPER, lo=0)
+    episode_gap_ns: int = param(100_000_000, "a client's changes to one resource less than this apart are one "
+                                             "change episode (rate estimate)", unit="ns", lo=0)
+    min_report_probability: float = param(0.01, "race_exposure: mean race probability per window to report "
+                                                "(informational)", unit="share", gate=LOWER, lo=0.0, hi=1.0)
+    low_probability: float = param(0.1, "... to call it low", unit="share", gate=LOWER, lo=0.0, hi=1.0)
+    high_probability: float = param(0.5, "... to flag it (medium)", unit="share", gate=LOWER, lo=0.0, hi=1.0)
+    min_requests_for_vantage: int = param(20, "a server with at least this many requests and no response "
+                                              "captured cannot be judged", unit="requests", gate=LOWER, lo=1)
+    max_scan: int = param(100_000, "changes examined per window (bounds the work on very hot resources)",
+                          unit="changes", gate=UPPER, lo=1)
 
 
 _EVENT_SCHEMA = {
@@ -340,7 +341,7 @@ def _ldap_events(tx: pl.DataFrame | None, msgs: pl.DataFrame | None, params: Par
                                    pl.lit(True).alias("check"), pl.lit(2, pl.Int64).alias("sub"),
                                    pl.col("_rmask").alias("rmask"))
             hit = hit.join(parts[0].select("_r", "key"), on=["_r", "key"], how="anti") \
-                .unique(["_r", "key"], keep="first")
+                .sort("_r", "key", "_ets", "_edn").unique(["_r", "key"], keep="first", maintain_order=True)
             parts.append(hit.drop("_ets", "_edn"))
     out = pl.concat([p.select(list(_EVENT_SCHEMA)).cast(_EVENT_SCHEMA) for p in parts])
     return out
@@ -462,7 +463,7 @@ def _realised_rows(real: pl.DataFrame, params: Params, res_ns: float) -> list[di
     lost_per_res = {}
     for r in real.filter(pl.col("_kind") == "lost_update").group_by("proto", "server", "key").len().iter_rows():
         lost_per_res[r[:3]] = r[3]
-    stale_sev = params.stale_use_severity if params.stale_use_severity in SEVERITIES else "low"
+    stale_sev = params.stale_use_severity
     for r in real.iter_rows(named=True):
         kind = r["_kind"]
         window = r["ts"] - r["p_ts"]
@@ -533,7 +534,7 @@ def _exposure(ev: pl.DataFrame, win: pl.DataFrame, real_keys: pl.DataFrame, dura
         ((pl.col("n_key").fill_null(0) - pl.col("n_own").fill_null(0)) / (duration_ns / 1e9)).alias("rate"),
         pl.max_horizontal(pl.col("ts") - pl.col("p_ts"), pl.lit(int(res_ns), pl.Int64)).alias("window_ns"))
     w = w.with_columns((1.0 - (-pl.col("rate") * pl.col("window_ns") / 1e9).exp()).alias("p"))
-    agg = w.group_by(g).agg(
+    agg = w.sort(*g, "seq").group_by(g).agg(  # sorted: first() and head() the same in every run
         pl.len().alias("windows"), pl.col("p").mean().alias("p_mean"), pl.col("p").max().alias("p_max"),
         pl.col("p").sum().alias("p_sum"), pl.col("window_ns").median().alias("window_med"),
         pl.col("rate").mean().alias("rate"), pl.col("cid").n_unique().alias("checkers"),
@@ -595,7 +596,9 @@ def events(capture, params: Params = Params()) -> pl.DataFrame:
     # a request without client, server or time cannot be placed in anyone's window
     ev = pl.concat([smb, ldap]).filter(pl.col("cid").is_not_null() & pl.col("server").is_not_null()
                                        & pl.col("ts").is_not_null())
-    return ev.sort("ts", "frame", "sub").with_row_index("seq").with_columns(pl.col("seq").cast(pl.Int64))
+    # ties (several entries of one search in one frame) broken by what they are about, never by row order
+    return ev.sort("ts", "frame", "sub", "key", "resource", "cid", nulls_last=True).with_row_index("seq") \
+        .with_columns(pl.col("seq").cast(pl.Int64))
 
 
 def detect(capture, params: Params = Params()) -> pl.DataFrame:

@@ -21,24 +21,14 @@ namespaces left by an interrupted earlier run are removed at start.
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
-import os
-import shutil
 import sys
-import tempfile
-import time
 import tomllib
-import traceback
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from realkit import core, facts, tomlw  # noqa: E402
-
-COMMON_DEBS = ["iproute2", "tcpdump", "tshark"]   # tshark also brings editcap (wireshark-common)
-PY_MODULES = {"dns": "dnspython", "ldap3": "ldap3", "smbprotocol": "smbprotocol"}
+from realkit import core, driver, facts, tomlw  # noqa: E402
 
 # name -> (module, build function, Debian packages, Python modules, has healthy twin)
 SCENARIOS: dict[str, tuple[str, str, list[str], list[str], bool]] = {
@@ -71,48 +61,6 @@ HEADER = '''# herdscope real-server sample captures: how each was made, what hap
 '''
 
 
-def missing_requirements(names: list[str]) -> tuple[list[str], list[str]]:
-    debs = set(COMMON_DEBS)
-    mods: set[str] = set()
-    for n in names:
-        debs.update(SCENARIOS[n][2])
-        mods.update(SCENARIOS[n][3])
-    miss_debs = sorted(d for d in debs if core.deb_version(d) == "not installed")
-    miss_mods = sorted(PY_MODULES[m] for m in mods if importlib.util.find_spec(m) is None)
-    return miss_debs, miss_mods
-
-
-def build_one(name: str, healthy: bool, out: Path, keep: bool) -> dict:
-    """Run one half of a scenario in its own namespaces; the capture is written to the
-    temporary directory first and moved to OUT only when the scenario succeeded."""
-    mod_name, fn_name, *_ = SCENARIOS[name]
-    mod = importlib.import_module(f"realkit.{mod_name}")
-    build = getattr(mod, fn_name)
-    label = f"{name}{'-healthy' if healthy else ''}"
-    workdir = Path(tempfile.mkdtemp(prefix=f"hsreal-{label}-"))
-    stage = workdir / "capture"
-    stage.mkdir()
-    lab = core.Lab(label, workdir)
-    core.log(f"=== {label} (work dir {workdir})")
-    try:
-        try:
-            entry = build(lab, stage, healthy)
-        finally:
-            lab.close()
-        if entry.pop("pcapng", False):
-            core.to_pcapng(stage / entry["file"].replace(".pcapng", ".pcap"))
-        shutil.move(str(stage / entry["file"]), str(out / entry["file"]))
-    except BaseException:
-        core.log(f"{label} failed; server logs in {workdir}")
-        keep = True
-        raise
-    finally:
-        if not keep:
-            shutil.rmtree(workdir, ignore_errors=True)
-    add_facts(entry, out)
-    return entry
-
-
 def add_facts(entry: dict, out: Path) -> None:
     """[capture.tshark] and its tolerances: what tshark sees in the capture."""
     pcap = out / entry["file"]
@@ -132,94 +80,24 @@ def refresh_facts(out: Path) -> int:
     entries = tomllib.loads(path.read_text())["capture"]
     for e in entries:
         add_facts(e, out)
-    path.write_text(tomlw.dump_manifest(sorted(entries, key=order_key), HEADER))
+    path.write_text(tomlw.dump_manifest(sorted(entries, key=DRIVER.order_key), HEADER))
     core.log(f"refreshed the tshark facts of {len(entries)} captures in {path}")
     return 0
 
 
-def order_key(entry: dict) -> tuple:
-    names = list(SCENARIOS)
-    sc = entry.get("scenario", "")
-    return (names.index(sc) if sc in names else len(names), entry.get("healthy", False))
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=HERE, help="where captures and MANIFEST.toml go")
-    ap.add_argument("--only", default="", help="comma-separated scenario names (see --list)")
-    ap.add_argument("--list", action="store_true", help="list the scenarios and exit")
-    ap.add_argument("--check", action="store_true", help="check the requirements and exit")
-    ap.add_argument("--pathological-only", action="store_true",
-                    help="skip the healthy twins (faster, for development)")
+    DRIVER.add_arguments(ap, default_out=HERE)
     ap.add_argument("--refresh-facts", action="store_true",
                     help="only recompute [capture.tshark] of the captures in OUT (no root)")
-    ap.add_argument("--keep-workdir", action="store_true",
-                    help="keep the temporary server directories (kept anyway on failure)")
     args = ap.parse_args(argv)
-
-    if args.list:
-        for n, (_, _, debs, mods, twin) in SCENARIOS.items():
-            print(f"{n:22s} debs: {' '.join(debs):45s} python: {' '.join(PY_MODULES[m] for m in mods)}"
-                  f"{'  (+ healthy twin)' if twin else ''}")
-        return 0
-    if args.refresh_facts:
+    if args.refresh_facts and not args.list:
         return refresh_facts(args.out.resolve())
-    names = [n.strip() for n in args.only.split(",") if n.strip()] or list(SCENARIOS)
-    unknown = [n for n in names if n not in SCENARIOS]
-    if unknown:
-        ap.error(f"unknown scenario(s) {unknown}; known: {', '.join(SCENARIOS)}")
+    return DRIVER.main(args, ap)
 
-    miss_debs, miss_mods = missing_requirements(names)
-    if miss_debs or miss_mods:
-        if miss_debs:
-            print("missing Debian packages; install them with\n  apt-get install "
-                  + " ".join(miss_debs), file=sys.stderr)
-        if miss_mods:
-            print("missing Python client libraries; install them into the interpreter that runs "
-                  "this script, e.g.\n  pip install " + " ".join(miss_mods)
-                  + "\n(or: pip install -e '.[samples]')", file=sys.stderr)
-        return 2
-    if args.check:
-        print("all requirements present")
-        return 0
-    if os.geteuid() != 0:
-        print("make_real.py needs root (network namespaces, tcpdump, servers)", file=sys.stderr)
-        return 2
 
-    out = args.out.resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    core.cleanup_stale()
-    new_entries: list[dict] = []
-    failed: list[str] = []
-    t0 = time.time()
-    for n in names:
-        variants = [False] + ([True] if SCENARIOS[n][4] and not args.pathological_only else [])
-        for healthy in variants:
-            try:
-                new_entries.append(build_one(n, healthy, out, args.keep_workdir))
-            except KeyboardInterrupt:
-                core.cleanup_stale()
-                raise
-            except Exception:
-                traceback.print_exc()
-                failed.append(f"{n}{' (healthy)' if healthy else ''}")
-    core.cleanup_stale()
-
-    manifest_path = out / "MANIFEST.toml"
-    old: list[dict] = []
-    if manifest_path.exists():
-        old = tomllib.loads(manifest_path.read_text()).get("capture", [])
-    new_files = {e["file"] for e in new_entries}
-    rebuilt = {(e["scenario"], e["healthy"]) for e in new_entries}
-    merged = [e for e in old if e["file"] not in new_files
-              and (e.get("scenario"), e.get("healthy")) not in rebuilt] + new_entries
-    merged.sort(key=order_key)
-    manifest_path.write_text(tomlw.dump_manifest(merged, HEADER))
-    core.log(f"wrote {manifest_path} ({len(merged)} captures) in {time.time() - t0:.0f} s")
-    if failed:
-        core.log(f"FAILED: {', '.join(failed)}")
-        return 1
-    return 0
+DRIVER = driver.Driver("make_real.py", SCENARIOS, HEADER, add_facts, work_prefix="hsreal-",
+                       is_installed=driver.has_version)
 
 
 if __name__ == "__main__":

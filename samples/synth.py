@@ -695,6 +695,9 @@ def dpkt_reference_frame(frame: bytes) -> bytes:
 # TCP connections as seen next to the server
 # ================================================================================================
 
+SYN_RTO = 1 * SEC      # the initial retransmission timeout of a SYN (RFC 6298 2.1; Linux, Windows)
+
+
 class Tcp:
     """A TCP connection seen at a capture point next to the server (side 1).
 
@@ -728,6 +731,15 @@ class Tcp:
         self.delack = 40 * MS
         self.last_loss: tuple[int, int] | None = None
         self.gap = (r.randrange(1200, 2500), r.randrange(1100, 1400))   # per-segment spacing
+        # "syn" / "tail": this connection loses its first SYN / first server tail segment (Gen's
+        # loss hook, drawn from g.loss_rng so that the main random stream stays as it is)
+        self.forced_loss = None
+        if g.syn_loss_share or g.tail_loss_share:
+            if g.loss_rng is None:
+                g.loss_rng, g.losses = random.Random(g.seed * 7919 + 17), []
+            x = g.loss_rng.random()
+            self.forced_loss = ("syn" if x < g.syn_loss_share else
+                                "tail" if x < g.syn_loss_share + g.tail_loss_share else None)
 
     # -- options ----------------------------------------------------------------------------
     def _tsval(self, side: int, t: int) -> int:
@@ -774,9 +786,16 @@ class Tcp:
         return self.near if side == 1 else self.rtt
 
     # -- connection life ------------------------------------------------------------------------
-    def open(self, t: int) -> int:
-        """Three-way handshake starting at ``t``; returns the time of the client's final ACK."""
+    def open(self, t: int, syn_rto: int | None = None) -> int:
+        """Three-way handshake starting at ``t``; returns the time of the client's final ACK.
+        ``syn_rto``: the first SYN is lost after the capture point and resent this much later."""
         win0 = 64240 if not self.cli.windows else 64240
+        if syn_rto is None and self.forced_loss == "syn":
+            syn_rto = SYN_RTO + self.g.loss_rng.randrange(0, 2 * MS)
+            self.g.losses.append(("syn", self.cli.ip, self.sport, self.srv.ip, self.dport, t))
+        if syn_rto is not None:          # the same SYN (explicit seq: nxt does not move), then again
+            self.seg(t, 0, SYN, seq=self.nxt[0], win=win0, opts=self._syn_opts(0, t))
+            t += syn_rto
         self.seg(t, 0, SYN, win=win0, opts=self._syn_opts(0, t))
         t1 = t + self.near
         self.seg(t1, 1, SYN | ACK, win=65160, opts=self._syn_opts(1, t1))
@@ -831,6 +850,10 @@ class Tcp:
         ACKs with SACK blocks follow and a fast retransmit). Returns the receiver's reaction time.
         """
         rcv = 1 - side
+        if loss is None and side == 1 and self.forced_loss == "tail":     # Gen's loss hook
+            self.forced_loss = None
+            loss, rto = "rto", max(200 * MS, self.rtt * 3) + self.g.loss_rng.randrange(2 * MS, 12 * MS)
+            self.g.losses.append(("tail", self.cli.ip, self.sport, self.srv.ip, self.dport, t))
         self.flush(side, t)
         mss = self.mss
         if split is None:
@@ -1223,6 +1246,14 @@ class Zone:
 
 class Gen:
     """Builds the whole capture into a :class:`Store` plus labels."""
+
+    # Loss hook (samples/synth_scenarios.py): the share of TCP connections whose first SYN, or whose
+    # first server tail segment, is lost after the capture point (resent after the initial RTO /
+    # an RTO). 0, the default, draws nothing and changes nothing.
+    syn_loss_share = 0.0
+    tail_loss_share = 0.0
+    loss_rng: random.Random | None = None
+    losses: list | None = None          # (kind, client, client port, server, server port, time)
 
     def __init__(self, seed: int, packets: int):
         if packets < MIN_PACKETS:

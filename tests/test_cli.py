@@ -13,7 +13,8 @@ from builders import ethernet, ipv4, pcap_file, tcp
 DEMO = Path(__file__).parent.parent / "samples" / "demo.pcap"
 INFO_KEYS = {"file", "format", "compressed", "file_size", "packets", "bytes", "wire_bytes", "first_ts", "last_ts",
              "first_time", "last_time", "duration_s", "ts_resolution_ns", "link_types", "interfaces", "protocols",
-             "parse_status", "skipped", "damage", "events", "tcp"}
+             "parse_status", "skipped", "damage", "events", "tcp",
+             "effective_resolution_ns", "effective_resolution_samples"}
 
 
 def test_info_json_has_the_documented_keys(capsys):

@@ -4,6 +4,8 @@ sampled or aggregated chart says so."""
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import altair as alt
 import numpy as np
@@ -161,24 +163,32 @@ def test_herd_chart_rate_window_expiries_and_latency_on_one_axis():
                              "key": ["other.example"] * 200 + ["a.example"] * 60})
     latency = pl.DataFrame({"t_ns": herd, "latency_ns": np.full(60, 2 * MS)})
     chart = charts.herd_chart(requests, t0_ns=T0, window_ns=(T0 + 10 * S, T0 + 10 * S + 50 * MS),
-                              focus_key="a.example", expiries_ns=[T0 + 10 * S, T0 + 10 * S + 200],
+                              focus_key="a.example", expiries_ns=[T0 + 9 * S, T0 + 9 * S + 200],
+                              expiry_window_ns=(-250 * MS, S + 250 * MS),
                               latency=latency, domain_ns=(T0, T0 + 30 * S))
     spec = chart.to_dict()
     assert len(spec["vconcat"]) == 2 and spec["resolve"]["scale"]["x"] == "shared"
     top, bottom = spec["vconcat"]
     top_marks = [mark_type(u) for u in units(top)]
-    assert "rect" in top_marks and "line" in top_marks and "rule" in top_marks
+    assert "rect" in top_marks and "line" in top_marks
     line = next(u for u in units(top) if mark_type(u) == "line")
     assert line["encoding"]["y"]["field"] == "rate" and line["encoding"]["color"]["field"] == "key"
     rates = unit_data(spec, line)
-    bin_s = 100 / 1000  # 30 s over ~300 bins
-    assert sum(r["requests"] for r in rates if r["key"] == "a.example") == 60
-    assert max(r["rate"] for r in rates if r["key"] == "a.example") >= 30 / bin_s
-    rule = next(u for u in units(top) if mark_type(u) == "rule")
-    assert len(unit_data(spec, rule)) == 1  # two expiries within the same ms: one mark
+    bin_s = nice_bin_ns(2 * S + 50 * MS, 300) / S  # bins of ~1/300 of the view (window ± 1 s)
+    assert bin_s == 0.01
+    assert max(r["rate"] for r in rates if r["key"] == "a.example") >= 30 / (50 * MS / S)  # the herd's peak
+    assert all(r["rate"] == 0 for r in rates if r["key"] == "a.example" and not 10 <= r["t_s"] <= 10.05)
+    # the two expiries (200 ns apart) are one band: the detector's [answer + TTL - tol, + 1 s + tol]
+    bands = [u for u in units(top) if mark_type(u) == "rect" and u["encoding"].get("x2", {}).get("field") == "end_s"
+             and any(r.get("label") == "TTL expiry" for r in unit_data(spec, u))]
+    assert len(bands) == 1
+    (band,) = unit_data(spec, bands[0])
+    assert band["n"] == 2 and band["start_s"] == pytest.approx(8.75) and band["end_s"] == pytest.approx(10.25, abs=1e-6)
     assert any(mark_type(u) == "circle" for u in units(bottom))
-    assert all(u["encoding"]["x"]["scale"]["domain"] == [0.0, 30.0] for u in units(spec)
+    # opens on the herd window ± max(2 x 50 ms, 1 s), all panels on that axis
+    assert all(u["encoding"]["x"]["scale"]["domain"] == [9.0, 11.05] for u in units(spec)
                if "x" in u["encoding"] and u["encoding"]["x"].get("field") == "t_s")
+    assert any(n.startswith("zoomed on the finding's 50 ms window") for n in notes(chart))
 
 
 def test_herd_chart_limits_keys_and_aggregates_latency_and_says_so():
@@ -187,7 +197,7 @@ def test_herd_chart_limits_keys_and_aggregates_latency_and_says_so():
     requests = pl.DataFrame({"t_ns": t, "key": [f"k{i % 40}" for i in range(n)]})
     latency = pl.DataFrame({"t_ns": t, "latency_ns": np.full(n, MS)})
     chart = charts.herd_chart(requests, t0_ns=T0, window_ns=(T0 + S, T0 + 2 * S), focus_key="k39",
-                              latency=latency, max_keys=6)
+                              latency=latency, max_keys=6, view_ns=(T0, T0 + 60 * S))
     spec = chart.to_dict()
     n_ = notes(chart)
     assert any("the 6 busiest of 40 keys" in x for x in n_)
@@ -488,3 +498,150 @@ def test_every_chart_stays_valid_vega_lite():
                   charts.stevens_chart(segments_frame(10), t0_ns=T0)):
         assert isinstance(chart.to_dict(validate=True), dict)
         assert isinstance(chart, (alt.Chart, alt.LayerChart, alt.VConcatChart))
+
+
+# -- every proof chart agrees with its finding (real samples) -----------------------------------------
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+PROOF_SAMPLES = ("dns-ttl-herd.pcap", "smb2-break-queue.pcap", "tcp-rto-blackout.pcap", "ldap-conn-churn.pcap",
+                 "smb2-toctou.pcap", "dns-retry-storm.pcapng")
+
+
+def time_domains(spec: dict) -> list[list[float]]:
+    """The x-scale domain of every unit drawn on a time axis (seconds since the first packet)."""
+    out = []
+    for u in units(spec):
+        x = u.get("encoding", {}).get("x", {})
+        if x.get("field") in ("t_s", "start_s") and "domain" in x.get("scale", {}):
+            out.append(x["scale"]["domain"])
+    return out
+
+
+@pytest.fixture(scope="module")
+def sample_proofs():
+    """(sample, finding, t0, t1, zoomed charts, whole-capture charts) for every finding of PROOF_SAMPLES."""
+    from analyzer import open_capture
+    from dashboards.evidence import proof_charts
+    from dashboards.frames import all_transactions, time_origin
+    from detectors import run
+
+    out = []
+    for name in PROOF_SAMPLES:
+        with open_capture(SAMPLES / name) as cap:
+            found = run(cap)
+            tx = all_transactions(cap)[0]
+            t0, t1 = time_origin(cap)
+            for row in found.iter_rows(named=True):
+                zoomed = [c.to_dict() for c, _ in proof_charts(cap, row, found, tx)]
+                whole = [c.to_dict() for c, _ in proof_charts(cap, row, found, tx, whole=True)]
+                out.append((name, row, t0, t1, zoomed, whole))
+    assert {name for name, *_ in out} == set(PROOF_SAMPLES)  # every sample gave findings to prove
+    return out
+
+
+def test_every_proof_chart_opens_on_the_finding_window_with_context(sample_proofs):
+    from dashboards.charts.base import CONTEXT_FACTOR, MIN_CONTEXT_NS
+
+    checked = set()
+    for name, row, t0, t1, zoomed, whole in sample_proofs:
+        w0, w1 = (row["start_ns"] - t0) / 1e9, (row["end_ns"] - t0) / 1e9
+        context = max(CONTEXT_FACTOR * (w1 - w0), MIN_CONTEXT_NS / 1e9)
+        domains = [d for spec in zoomed for d in time_domains(spec)]
+        assert domains, (name, row["detector"])
+        for lo, hi in domains:  # the window and its context before and after, and not the whole capture
+            assert lo <= w0 - context + 1e-6 and hi >= w1 + context - 1e-6, (name, row["detector"], lo, hi, w0, w1)
+            assert hi - lo <= 2 * context + (w1 - w0) + 1e-6
+        for lo, hi in (d for spec in whole for d in time_domains(spec)):  # the toggle: the whole capture
+            assert lo <= 1e-6 and hi >= (t1 - t0) / 1e9 - 1e-6
+        checked.add(row["detector"])
+    assert checked == {"herd", "smb_break_queue", "tcp_stall", "conn_churn", "toctou", "retry_storm"}
+
+
+def test_ttl_marks_align_with_the_herds_they_triggered(sample_proofs):
+    from detectors.herd import Params
+
+    herds = [(row, t0, t1, zoomed) for name, row, t0, t1, zoomed, _ in sample_proofs
+             if name == "dns-ttl-herd.pcap" and row["detector"] == "herd"]
+    assert len(herds) == 3
+    tol = Params().ttl_tolerance_ns / 1e9
+    for row, t0, t1, zoomed in herds:
+        spec = zoomed[0]
+        start = (row["start_ns"] - t0) / 1e9
+        bands = [r for u in units(spec) if mark_type(u) == "rect"
+                 for r in unit_data(spec, u) if r.get("label") == "TTL expiry"]
+        assert bands, row["explanation"]
+        # the herd starts inside an expiry band, as the detector reads the TTL: [answer + TTL - tol,
+        # answer + TTL + 1 s + tol] (TTLs are whole seconds) — not a second before it
+        hit = [b for b in bands if b["start_s"] <= start <= b["end_s"]]
+        assert hit, (start, bands)
+        # a band spans the answers' spread (the first herd's clients started over 6 s, their TTLs counted
+        # down with the resolver's cache) plus the whole second and the tolerance; no wider
+        assert all(b["end_s"] - b["start_s"] <= 1 + 2 * tol + 1.5 for b in hit)
+        assert start - hit[0]["start_s"] >= tol  # the herd is after the earliest expiry, not before it
+    # the last herd of the capture is not on the chart's right edge: its context runs past the capture's end
+    last_row, t0, t1, zoomed = max(herds, key=lambda h: h[0]["start_ns"])
+    (lo, hi), *_ = time_domains(zoomed[0])
+    assert hi - (last_row["end_ns"] - t0) / 1e9 >= 1.0
+
+
+def test_a_short_herd_is_wide_enough_to_see(sample_proofs):
+    name, row, t0, t1, zoomed, whole = next(p for p in sample_proofs if p[1]["detector"] == "herd")
+    (lo, hi), *_ = time_domains(zoomed[0])
+    share = (row["end_ns"] - row["start_ns"]) / 1e9 / (hi - lo)
+    assert share * charts.base.PANEL_WIDTH >= 10  # a 48 ms herd takes at least 10 of the panel's pixels
+
+
+# -- tables never show None --------------------------------------------------------------------------
+
+def test_display_table_blanks_missing_values():
+    from dashboards.frames import BLANK, display_table, number_config
+
+    t = pl.DataFrame({"s": ["a", None], "i": [1, None], "f": [1.23456, float("nan")], "ok": [1.5, 2.5],
+                      "l": [[1, 2], None], "b": [True, None]})
+    out = display_table(t, {"f": "%.3f"})
+    assert out["s"].to_list() == ["a", BLANK] and out["i"].to_list() == ["1", BLANK]
+    assert out["f"].to_list() == ["1.235", BLANK] and out["l"].to_list() == ["1, 2", BLANK]
+    assert out["ok"].dtype == pl.Float64  # no nulls: stays a number (and keeps its NumberColumn format)
+    assert number_config(out, {"f": 1, "ok": 2, "x": 3}) == {"ok": 2, "x": 3}
+
+
+def _cells(frame) -> list:
+    value = frame.value if isinstance(frame.value, pl.DataFrame) else pl.from_pandas(frame.value)
+    return [v for row in value.iter_rows() for v in row], value
+
+
+def test_no_none_in_rendered_tables(monkeypatch):
+    pytest.importorskip("streamlit")
+    import math
+
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    from dashboards.settings import ENV, Settings
+
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    monkeypatch.delenv("HERDSCOPE_TSHARK", raising=False)
+    monkeypatch.setenv("HERDSCOPE_TSHARK", "/nonexistent/tshark")  # no dissection: faster, and not under test
+    monkeypatch.setenv(ENV, Settings(files=(str(SAMPLES / "dns-ttl-herd.pcap"),)).to_env())
+    at = AppTest.from_file(str(SAMPLES.parent / "dashboards" / "streamlit_app.py"), default_timeout=120).run()
+    seen = 0
+    for page in ("Overview", "Findings", "Transactions"):
+        at.sidebar.radio(key="page").set_value(page).run()
+        assert not at.exception, [e.value for e in at.exception]
+        for frame in at.dataframe:
+            cells, value = _cells(frame)
+            seen += 1
+            assert not any(v is None or (isinstance(v, float) and math.isnan(v)) for v in cells), (page, value)
+            assert not any(str(v) == "None" for v in cells), (page, value)
+        if page == "Findings":
+            findings = next(_cells(f)[1] for f in at.dataframe if "finding_id" in _cells(f)[1].columns)
+            assert "—" in findings["client"].to_list()  # herds have no single client: a dash, not None
+            specs = [json.loads(c.proto.spec) for c in at.get("vega_lite_chart")]
+            zoomed = max(hi - lo for spec in specs for lo, hi in time_domains(spec))
+            toggle = next(t for t in at.toggle if t.key.startswith("whole_"))
+            toggle.set_value(True).run()
+            specs = [json.loads(c.proto.spec) for c in at.get("vega_lite_chart")]
+            widest = max(hi - lo for spec in specs for lo, hi in time_domains(spec))
+            assert zoomed < 5 and widest > 30  # the 32.7 s capture, after the toggle
+    assert seen >= 4

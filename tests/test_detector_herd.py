@@ -108,14 +108,19 @@ def test_one_finding_per_episode():
 
 
 def test_client_identity_address_vs_address_port():
-    # one address, 10 ports, requests outstanding together: 10 clients by address+port, but from one
-    # address: reported, informational (may be one busy multi-stream client)
+    # one address, 10 ports, requests outstanding together: 10 clients by address+port (processes on
+    # one node), judged by the same impact rule as 10 hosts: latency 0.1 -> 30 ms, impact 10 x 100
     conc = [{"t": T0 + 5 * S + k * MS, "client": "10.5.0.1", "port": 50000 + k, "lat": 30 * MS} for k in range(10)]
     f = herd.detect(cap_of(dns_transactions=dns(conc + background(30))), LOW)
     assert f.height == 1
     r = f.row(0, named=True)
-    assert r["client_identity"] == "address+port" and r["clients"] == 10 and r["severity"] == "informational"
-    assert "only 1 address" in r["explanation"]
+    assert r["client_identity"] == "address+port" and r["clients"] == 10 and r["severity"] == "critical"
+    assert "10 concurrent streams from one address (processes, containers or NAT): 10.5.0.1" in r["explanation"]
+    assert "informational" not in r["explanation"]
+    hosts = [dict(x, client=f"10.5.0.{k + 1}") for k, x in enumerate(conc)]
+    f2 = herd.detect(cap_of(dns_transactions=dns(hosts + background(30))), LOW)
+    assert f2["severity"].to_list() == ["critical"] and f2["client_identity"].to_list() == ["address"]
+    assert "concurrent streams" not in f2["explanation"][0]
     # the same address asking one at a time from a new port each time is one client: no herd
     seq = [{"t": T0 + 5 * S + k * MS, "client": "10.5.0.1", "port": 50000 + k, "lat": 200_000} for k in range(10)]
     assert herd.detect(cap_of(dns_transactions=dns(seq + background(30))), LOW).height == 0
@@ -268,3 +273,80 @@ def test_client_identity_by_splits_only_concurrent_addresses():
     r2 = r.with_columns(pl.lit(None, pl.Int64).alias("response_ts_ns"))
     assert client_identity_by(r2, ["server"], timeout_ns=5)["client_identity"].to_list() == ["address"] * 8
     assert client_identity_by(r2, ["server"])["client_identity"].to_list() == ["address+port"] * 8
+
+
+# -- herds of processes on one node (generated real-protocol captures, tests/scenarios_one_node.py) --
+
+@pytest.fixture(scope="module")
+def one_node(tmp_path_factory):
+    """Captures of one-node herds and their single-stream twins, opened once for this module."""
+    import scenarios_one_node as sc
+    from analyzer import open_capture
+
+    d = tmp_path_factory.mktemp("one_node")
+    made = {
+        "dns": sc.dns_one_node_herd(str(d / "dns.pcap")),
+        "dns_single": sc.dns_one_node_herd(str(d / "dns1.pcap"), single_stream=True),
+        "krb_udp": sc.krb_one_node_herd(str(d / "krbu.pcap")),
+        "krb_tcp": sc.krb_one_node_herd(str(d / "krbt.pcap"), tcp=True),
+        "krb_single": sc.krb_one_node_herd(str(d / "krb1.pcap"), single_stream=True),
+    }
+    caps = {k: open_capture(p) for k, p in made.items()}
+    yield caps
+    for c in caps.values():
+        c.close()
+
+
+@pytest.mark.parametrize("name, clients, address, kind", [
+    ("dns", 150, "10.5.0.7", "dns"), ("krb_udp", 60, "10.6.0.9", "kerberos"), ("krb_tcp", 60, "10.6.0.9", "kerberos")])
+def test_one_node_herd_is_judged_like_distinct_hosts(one_node, name, clients, address, kind):
+    # 150 processes re-asking a name at its TTL expiry, 60 parallel kinit (UDP, TCP) from one node:
+    # the same impact rule as a herd of hosts (>= medium), said to be streams of one address
+    f = herd.detect(one_node[name])
+    assert f.height == 1, f.select("severity", "explanation").to_dicts()
+    r = f.row(0, named=True)
+    assert r["kind"] == kind and r["clients"] == clients and r["client_identity"] == "address+port"
+    assert r["severity"] in ("medium", "high", "critical")
+    assert f"{clients} concurrent streams from one address (processes, containers or NAT): {address}" \
+        in r["explanation"]
+    assert "informational" not in r["explanation"] and "busy client" not in r["explanation"]
+    if kind == "dns":
+        assert "TTL expiring (TTL 60 s" in r["explanation"]
+    else:
+        assert r["resource"] == "krbtgt/CORP.EXAMPLE.COM@CORP.EXAMPLE.COM"
+        assert r["end_ns"] - r["start_ns"] <= 500 * MS
+
+
+@pytest.mark.parametrize("name", ["dns_single", "krb_single"])
+def test_one_stream_from_one_node_is_not_a_herd(one_node, name):
+    # the same requests one after the other (each answered before the next): one client, no herd
+    assert herd.detect(one_node[name]).height == 0
+
+
+def test_segment_search_rescans_after_the_peak():
+    # a burst, a gap that does not bring the score to zero, a smaller burst: the second is a segment
+    # of its own (it used to be swallowed: the scan ended at the first peak and never came back)
+    import numpy as np
+    from detectors.herd_search import _kadane_segments
+    t = np.array([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 100, 101, 102, 103], dtype=np.int64) * MS
+    # 1 per 20 ms: the burst scores 9.55, the 91 ms gap costs 4.55, the 4 later arrivals bring the
+    # score back to 8.8 only (below the first peak)
+    lam = np.full(t.shape[0], 0.05 / MS)
+    seg = _kadane_segments(np.zeros(t.shape[0], np.int64), t, lam, 3)
+    assert (seg[:10] == seg[0]).all() and seg[0] >= 0
+    assert (seg[10:] == seg[10]).all() and seg[10] >= 0 and seg[10] != seg[0]
+
+
+def test_lower_min_clients_never_loses_herds_that_merge_into_one_long_segment():
+    # three herds of 30 clients 11 s apart after a slow ramp: at min_clients=3 (herd rate 3/s) they
+    # merge with the ramp into one 33 s segment, longer than max_span_ns; the ladder of finer rates
+    # splits it again, so the three herds are found at every min_clients (samples/dns-ttl-herd.pcap
+    # gave none at 2-5 before)
+    ramp = [{"t": T0 + k * 200 * MS, "client": f"10.1.0.{k}", "name": "api.corp.example"} for k in range(30)]
+    herds = [{"t": T0 + (10 + 11 * h) * S + k * MS, "client": f"10.1.0.{k}", "name": "api.corp.example"}
+             for h in range(3) for k in range(30)]
+    cap = cap_of(dns_transactions=dns(ramp + herds + background(80)))
+    for mc in (2, 3, 5, 8, 12, 20, 30):
+        f = herd.detect(cap, herd.Params(min_clients=mc))
+        big = f.filter((pl.col("clients") == 30) & (pl.col("end_ns") - pl.col("start_ns") < 100 * MS))
+        assert sorted(big["start_ns"].to_list()) == [T0 + (10 + 11 * h) * S for h in range(3)], mc

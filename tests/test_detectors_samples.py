@@ -4,7 +4,7 @@ corpus captures stay silent altogether. False positives are bugs.
 
 Expectations for detectors that do not exist yet are skipped, not passed.
 """
-import tomllib
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -12,12 +12,14 @@ import pytest
 
 from analyzer import open_capture
 from detectors import at_least, available, run
-from detectors.base import SEVERITY_RANK
 from tshark_ref import corpus_files
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "samples"))
+from groundtruth import count_ok, load_manifest, matches, resource_ok  # noqa: E402  (shared with evaluate.py)
 
 ROOT = Path(__file__).parent.parent
 SAMPLES = ROOT / "samples"
-MANIFEST = tomllib.loads((SAMPLES / "MANIFEST.toml").read_text())["capture"]
+MANIFEST = load_manifest(SAMPLES / "MANIFEST.toml")
 CORPUS = Path(__file__).parent / "data" / "corpus"
 
 _cache: dict[str, tuple[pl.DataFrame, int]] = {}
@@ -32,17 +34,6 @@ def findings_of(path: Path) -> tuple[pl.DataFrame, int]:
     return _cache[key]
 
 
-def _matches(f: pl.DataFrame, expect: dict, first_ns: int) -> pl.DataFrame:
-    lo = first_ns + int((expect["start_s"] - expect["tolerance_s"]) * 1e9)
-    hi = first_ns + int((expect["start_s"] + expect["tolerance_s"]) * 1e9)
-    out = f.filter((pl.col("detector") == expect["detector"])
-                   & (pl.col("severity").to_physical() >= SEVERITY_RANK[expect["min_severity"]])
-                   & pl.col("start_ns").is_between(lo, hi))
-    if expect.get("server"):
-        out = out.filter(pl.col("server").fill_null("").str.contains(expect["server"], literal=True))
-    return out
-
-
 EXPECTS = [(c["file"], k, e) for c in MANIFEST for k, e in enumerate(c.get("expect", []))]
 
 
@@ -51,15 +42,11 @@ def test_pathological_sample_fires(file, k, expect):
     if expect["detector"] not in available():
         pytest.skip(f"detector {expect['detector']} not written yet")
     f, first = findings_of(SAMPLES / file)
-    hits = _matches(f, expect, first)
-    lo, hi = expect["count"] - expect["count_tolerance"], expect["count"] + expect["count_tolerance"]
-    assert lo <= hits.height <= hi, (
+    hits = matches(f, expect, first)
+    assert count_ok(hits, expect), (
         f"{hits.height} {expect['detector']} findings >= {expect['min_severity']} near {expect['start_s']} s; "
         f"all findings: {f.select('detector', 'kind', 'severity', 'start_ns', 'server', 'resource').to_dicts()}")
-    if expect.get("resource"):
-        res = expect["resource"].lower()
-        assert any(res in (r or "").lower() or (r or "").lower() in res for r in hits["resource"].to_list()), \
-            hits["resource"].to_list()
+    assert resource_ok(hits, expect), hits["resource"].to_list()
 
 
 SILENT = [(c["file"], d) for c in MANIFEST for d in c.get("silent", [])]

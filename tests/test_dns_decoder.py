@@ -581,8 +581,12 @@ def test_unanswered():
         False, None, None, None, None, None)
 
 
-def test_answer_after_the_timeout_is_unsolicited():
-    m, t = txns(at(0, query()), at(6, response()))
+def test_a_late_answer_is_the_answer_unless_a_timeout_is_set():
+    # as tshark: dns.time 7.6 s for a lone query answered 7.6 s later (no limit by default)
+    m, t = txns(at(0, query()), at(7.6, response()))
+    assert t["latency_ns"].to_list() == [int(7.6 * S)]
+    assert m["unsolicited"].to_list() == [None, False]
+    m, t = txns(at(0, query()), at(6, response()), params=dns.Params(timeout_ns=5 * S))
     assert t["answered"].to_list() == [False]
     assert m["unsolicited"].to_list() == [None, True]
     m, t = txns(at(0, query()), at(6, response()), params=dns.Params(timeout_ns=10 * S))

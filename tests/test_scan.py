@@ -10,13 +10,12 @@ import pytest
 from analyzer import open_capture, open_captures
 from analyzer.cli import ExitCode, main
 from detectors import run
+from detectors.base import FINDING_COLUMNS
 
 SAMPLES = Path(__file__).parent.parent / "samples"
 QUEUE = SAMPLES / "smb2-break-queue.pcap"  # one high smb_break_queue finding
 HERD = SAMPLES / "dns-ttl-herd.pcap"  # three medium herd findings
-FINDING_KEYS = {"detector", "kind", "finding_id", "severity", "start_ns", "end_ns", "start_time", "end_time",
-                "client", "server", "resource", "clients", "client_identity", "metric", "value", "threshold",
-                "unit", "evidence_frames", "evidence_total", "explanation", "parameters", "capture"}
+FINDING_KEYS = set(FINDING_COLUMNS) | {"start_time", "end_time", "capture", "evidence"}
 
 
 def test_json_document_and_exit_code_on_findings(capsys):
@@ -43,8 +42,20 @@ def test_junit_and_parquet_outputs(tmp_path):
     xml_path = tmp_path / "r.xml"
     assert main(["scan", "--format", "junit", "--output", str(xml_path), str(QUEUE), str(HERD),
                  "--separate"]) == ExitCode.FINDINGS
-    suite = ET.parse(xml_path).getroot()
-    assert suite.get("failures") == "1" and int(suite.get("tests")) == 12  # 6 detectors x 2 captures
+    root = ET.parse(xml_path).getroot()
+    assert root.get("failures") == "1"
+    suites = root.findall("testsuite")
+    assert len(suites) == 2  # one per capture
+    for suite in suites:
+        cases = suite.findall("testcase")
+        names = {c.get("classname") for c in cases}
+        assert names == {f"herdscope.{d}" for d in run.__globals__["available"]()}  # every detector shows
+        # every finding is a case: the break queue (high, failing) and the three herds (medium, passing)
+        findings = [c for c in cases if c.get("name") != "no findings"]
+        assert all(c.find("system-out") is not None for c in findings)
+        assert len(findings) == (1 if "break-queue" in suite.get("name") else 3)
+    herds = [c for c in root.iter("testcase") if c.get("classname") == "herdscope.herd" and "dns" in c.get("name")]
+    assert len(herds) == 3 and all(c.find("failure") is None for c in herds)  # medium < --fail-on high
     pq = tmp_path / "f.parquet"
     assert main(["scan", "--format", "parquet", "--output", str(pq), str(HERD)]) == ExitCode.OK
     f = pl.read_parquet(pq)
@@ -56,6 +67,53 @@ def test_table_output_names_the_evidence_filter(capsys):
     out = capsys.readouterr().out
     assert "took 3 s to acknowledge the oplock break" in out
     assert "frame.number in {81, 94" in out  # the comma syntax tshark 4 accepts
+
+
+def test_multi_file_evidence_names_each_file_with_its_own_frame_numbers(capsys):
+    """Two files read as one capture: the evidence opens the right packets in each file."""
+    toctou = SAMPLES / "smb2-toctou.pcap"
+    main(["scan", "--format", "json", str(QUEUE), str(toctou)])
+    doc = json.loads(capsys.readouterr().out)
+    sizes = {str(QUEUE): 195}
+    with open_capture(toctou) as cap:
+        sizes[str(toctou)] = cap.packets.height
+    by_file = {}
+    for f in doc["findings"]:
+        assert sum(len(e["frames"]) for e in f["evidence"]) == len(f["evidence_frames"])
+        for e in f["evidence"]:
+            assert all(1 <= n <= sizes[e["file"]] for n in e["frames"])
+            by_file.setdefault(e["file"], []).append(f["detector"])
+    assert "smb_break_queue" in by_file[str(QUEUE)] and "toctou" in by_file[str(toctou)]
+    # the same finding scanned alone has the same frame numbers in that file
+    main(["scan", "--format", "json", str(toctou)])
+    alone = {(f["kind"], f["start_ns"]): f["evidence"] for f in json.loads(capsys.readouterr().out)["findings"]}
+    for f in doc["findings"]:
+        if f["detector"] == "toctou" and (f["kind"], f["start_ns"]) in alone:
+            assert alone[(f["kind"], f["start_ns"])][0]["frames"] == f["evidence"][0]["frames"]
+    main(["scan", str(QUEUE), str(toctou)])
+    out = capsys.readouterr().out
+    assert f"wireshark -r {toctou}" in out and f"wireshark -r {QUEUE}" in out
+
+
+def test_cut_evidence_says_how_much_more():
+    from analyzer.scan import evidence_lines
+
+    record = {"finding_id": "ab", "evidence_total": 60,
+              "evidence": [{"file": "a.pcap", "frames": list(range(1, 51))}]}
+    lines = evidence_lines(record, per_command=20)
+    assert "... and 30 more in this file" in lines[0] and lines[0].count(",") == 19
+    assert "... and 10 more evidence frames" in lines[1]
+
+
+def test_json_integers_are_integers(capsys):
+    main(["scan", "--format", "json", str(HERD)])
+    (summary,) = json.loads(capsys.readouterr().out)["captures"]
+    assert type(summary["ts_resolution_ns"]) is int  # noqa: E721 - 1000, not 1000.0
+
+
+def test_quiet_prints_nothing_but_keeps_the_exit_code(capsys):
+    assert main(["scan", "--quiet", str(QUEUE)]) == ExitCode.FINDINGS
+    assert capsys.readouterr().out == ""
 
 
 def test_config_file_and_set_overrides(tmp_path, capsys):

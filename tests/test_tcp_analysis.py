@@ -202,3 +202,49 @@ def test_mss_and_options_per_side(read_capture):
     c = conns.row(0, named=True)
     assert (c["client_mss"], c["server_mss"], c["client_wscale"], c["server_wscale"]) == (1460, 8960, 7, None)
     assert (c["client_sack_perm"], c["server_sack_perm"]) == (True, False)
+
+
+def test_dsack_marks_the_ack_and_the_spurious_retransmission(read_capture):
+    """RFC 2883: an ACK whose first SACK block lies below its cumulative ACK (4.1.1), or inside its
+    second block (4.1.2), reports a duplicate: the retransmission it covers was spurious."""
+    steps = handshake(client_opts=opt_sack_perm(), server_opts=opt_sack_perm()) + [
+        data(100 * US, True, seq=1), data(101 * US, True, seq=101),
+        data(30_000 * US, True, seq=1),  # 6: resent although it had arrived
+        ack(30_100 * US, False, ack=201, options=b"\x01\x01" + opt_sack((5001, 5101))),  # 7: D-SACK below ACK
+        data(30_200 * US, True, seq=201), data(30_201 * US, True, seq=301), data(30_202 * US, True, seq=401),
+        data(60_000 * US, True, seq=301),  # 11: resent
+        # 12: D-SACK of 301-401 inside the second block 301-501 (201-301 still missing)
+        ack(60_100 * US, False, ack=201, options=b"\x01\x01" + opt_sack((5301, 5401), (5301, 5501))),
+        ack(60_200 * US, False, ack=501),
+    ]
+    _, seg, _ = analyzed(read_capture, steps, client_isn=5000)
+    assert "dsacked_retransmission" in flags_of(seg, 6) and "dsack" in flags_of(seg, 7)
+    assert "dsacked_retransmission" not in flags_of(seg, 4)  # the original is not the duplicate
+    assert "dsack" in flags_of(seg, 12) and "dsacked_retransmission" in flags_of(seg, 11)
+    assert "dsacked_retransmission" not in flags_of(seg, 9) and "dsack" not in flags_of(seg, 13)
+    # an ordinary SACK block above the ACK is no D-SACK
+    plain = handshake(client_opts=opt_sack_perm(), server_opts=opt_sack_perm()) + [
+        data(100 * US, True, seq=1), data(101 * US, True, seq=101),
+        ack(150 * US, False, ack=1, options=b"\x01\x01" + opt_sack((5101, 5201))),
+    ]
+    _, seg, _ = analyzed(read_capture, plain, client_isn=5000)
+    assert all("dsack" not in flags_of(seg, f) for f in range(1, 7))
+
+
+def test_time_going_backwards_is_never_within_a_window(read_capture):
+    """Wireshark takes the time since the last duplicate ACK (and since the highest segment) as an
+    unsigned number: a duplicate ACK stamped after the resent segment (but written before it) does not
+    make a fast retransmission; the resend 0.5 ms after the highest segment is out-of-order
+    (tests/test_tcp_conformance.py checks the same capture against tshark)."""
+    ms = 1_000 * US
+    steps = handshake(0, rtt=30 * ms) + [
+        data(31 * ms, False), ack(32 * ms, False, ack=1), ack(40 * ms + 600 * US, False, ack=1),
+        data(40 * ms, True, b"x" * 2, ack=101), data(40 * ms + 500 * US, True, b"x" * 126, seq=1, ack=101),
+    ]
+    _, seg, _ = analyzed(read_capture, steps)
+    assert flags_of(seg, 6) == {"duplicate_ack"}
+    assert flags_of(seg, 8) == {"out_of_order"}
+    # in time order the same resend is a fast retransmission (two duplicate ACKs, within 20 ms)
+    steps[5]["t"] = 39 * ms
+    _, seg, _ = analyzed(read_capture, steps)
+    assert flags_of(seg, 8) == {"fast_retransmission"}

@@ -27,6 +27,8 @@ FLAGS = {
 }
 NUMBERS = ["tcp.stream", "tcp.seq", "tcp.analysis.duplicate_ack_num", "tcp.analysis.acks_frame",
            "tcp.analysis.bytes_in_flight", "tcp.window_size", "tcp.window_size_scalefactor"]
+# herdscope's own flags that Wireshark shows as an expert note on the option
+NOTES = {"tcp.options.sack.dsack": an.DSACK}
 
 # (file name, frame, what): why herdscope and tshark 4.0.17 differ there.
 EXPLAINED = {
@@ -58,10 +60,11 @@ def comparison():
                 continue
             ours = seg.select("frame", "conn", "from_client", "analysis", "seq_rel", "dupack_num", "acks_frame",
                               "bytes_in_flight", "window_size")
-        ref = tshark_fields(path, ["frame.number"] + [f"tcp.analysis.{f}" for f in FLAGS] + NUMBERS,
+        ref = tshark_fields(path, ["frame.number"] + [f"tcp.analysis.{f}" for f in FLAGS] + NUMBERS + list(NOTES),
                             display_filter="tcp", occurrence="f")
         ref = ref.with_columns(as_int("frame.number").alias("frame"),
                                *[as_flag(f"tcp.analysis.{f}").alias(f"ts_{f}") for f in FLAGS],
+                               *[as_flag(n).alias("ts_" + n.split(".")[-1]) for n in NOTES],
                                *[as_int(n).alias("ts_" + n.split(".")[-1]) for n in NUMBERS])
         frames.append(ours.join(ref.select("frame", pl.col("^ts_.*$")), on="frame", how="inner")
                       .with_columns(pl.lit(Path(rel).name).alias("file")))
@@ -124,3 +127,51 @@ def test_bytes_in_flight_agree_until_a_segment_is_lost_or_resent(comparison):
     differ = c.filter(pl.col("bytes_in_flight").cast(pl.Int64).fill_null(0) != pl.col("ts_bytes_in_flight").fill_null(0))
     assert differ.filter(~pl.col("after_loss")).height == 0
     assert differ.height / c.height < 0.01
+
+
+def test_dsack_flag_is_wiresharks_d_sack_sequence(comparison):
+    """DSACK (RFC 2883: the first SACK block below the cumulative ACK, or inside the second) is set on
+    exactly the segments where tshark shows "D-SACK Sequence" (tcp.options.sack.dsack): 27 in
+    smb_v2_only_non_zero_reserved1.pcap alone."""
+    ours = (comparison["analysis"] & an.DSACK) != 0
+    theirs = comparison["ts_dsack"].fill_null(False)
+    assert theirs.sum() >= 27
+    assert comparison.filter(ours != theirs).select("file", "frame").rows() == []
+
+
+def test_resent_segment_behind_a_later_stamped_ack_is_out_of_order(tmp_path):
+    """A 2-byte segment, then 0.5 ms later a 126-byte one at the same sequence number, after two
+    duplicate ACKs of that number, the second of them stamped 0.1 ms *after* the resent segment but
+    written before it (timestamps going backwards: merged interfaces, per-CPU capture buffers).
+    Wireshark's ``tcp_analyze_sequence_number`` takes time differences as ``guint64``: the negative
+    time since the duplicate ACK is huge, so it is no fast retransmission; the 0.5 ms since the
+    highest segment is under the handshake RTT, so it is out-of-order. herdscope must agree (it called
+    it a fast retransmission before)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from builders import handshake, tcp_conversation
+
+    ms = 1_000_000
+
+    def data(t, fc, n, **kw):
+        return {"t": t, "from_client": fc, "data": b"x" * n, "flags": 0x18, **kw}
+
+    steps = handshake(0, rtt=30 * ms) + [
+        data(31 * ms, False, 100), {"t": 32 * ms, "from_client": False, "flags": 0x10, "ack": 1},
+        {"t": 40 * ms + 600_000, "from_client": False, "flags": 0x10, "ack": 1},  # stamped after 7 and 8
+        data(40 * ms, True, 2, ack=101), data(40 * ms + 500_000, True, 126, seq=1, ack=101),
+        {"t": 70 * ms, "from_client": False, "flags": 0x10, "ack": 127},
+    ]
+    path = tmp_path / "resent.pcap"
+    path.write_bytes(tcp_conversation(steps))
+    names = ["out_of_order", "fast_retransmission", "retransmission", "duplicate_ack"]
+    ref = tshark_fields(path, ["frame.number"] + [f"tcp.analysis.{n}" for n in names], occurrence="f",
+                        cache=False)
+    ref = ref.select(as_int("frame.number").alias("frame"), *[as_flag(f"tcp.analysis.{n}").alias(n) for n in names])
+    assert ref.filter(pl.col("frame") == 8).select(names).row(0) == (True, False, False, False)
+    with open_capture(path) as cap:
+        seg = cap.frame("tcp_segments").select("frame", "analysis")
+    ours = seg.select(pl.col("frame").cast(pl.Int64), *[((pl.col("analysis") & FLAGS[n]) != 0).alias(n)
+                                                        for n in names])
+    assert ours.sort("frame").rows() == ref.sort("frame").rows()

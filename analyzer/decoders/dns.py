@@ -48,20 +48,23 @@ Transactions (``pair_transactions``; ``mark_messages`` adds the per-message flag
   ``Params.retransmission_window_ns`` (5 s, as ``dns.retransmission_timer``) before. It joins
   that transaction (``retries``), flagged ``retransmission`` on the message. Later than that, it
   opens a new transaction and the old one stays unanswered.
-- **Responses.** The first response within ``Params.timeout_ns`` (5 s, the resolv.conf default) of
-  the transaction's latest query is the answer; ``request_*`` is the *first* query, so
+- **Responses.** The first response to the key's current transaction is its answer, however late
+  (as tshark, whose ``dns.time`` and ``-z dns,tree`` count an answer after 7.6 s: the server did
+  answer that query, whether or not the client still waited; ``Params.timeout_ns`` sets a limit
+  after the transaction's latest query, none by default). ``request_*`` is the *first* query, so
   ``latency_ns`` is what the client waited (Wireshark's ``dns.time``). Further responses, however
   late, are ``duplicate_response`` (``dns.retransmit_response``) until a new query opens the next
-  transaction; a response with no open transaction, or an answer later than the timeout (the
-  client has given up: the query counts as unanswered), is ``unsolicited`` (``dns.unsolicited``)
-  and belongs to no transaction.
+  transaction; a response with no open transaction (or later than a set ``timeout_ns``) is
+  ``unsolicited`` (``dns.unsolicited``) and belongs to no transaction. A query stays unanswered
+  when no response came before the key's next transaction (a repeat after the retransmission
+  window) or the end of the capture.
   A response without a question (some FORMERR/NOTIMP answers) answers the latest unanswered
   transaction with the same addresses, ports and id.
 - **Outcome.** ``status`` is the rcode name. ``is_error`` is True for any rcode but NOERROR and
   NXDOMAIN (NXDOMAIN is an answer: the name does not exist), null when unanswered.
   ``operation`` is the qtype name for standard queries (opcode 0) and the opcode name otherwise
   (NOTIFY, UPDATE, ...).
-- **Truncation.** A UDP answer with TC=1 followed, within ``Params.timeout_ns``, by a TCP query for
+- **Truncation.** A UDP answer with TC=1 followed, within ``Params.tc_retry_window_ns``, by a TCP query for
   the same question from the same client address to the same server address gives
   ``tc_retry_frame`` (that query's frame).
 
@@ -190,7 +193,7 @@ PAIRING_COLUMNS: tuple[Column, ...] = (
     _col("duplicate_response", np.bool_, "a further response to an answered query "
          "(dns.retransmit_response); null for queries"),
     _col("unsolicited", np.bool_, "a response matching no open query (dns.unsolicited), or later "
-         "than the timeout; null for queries"),
+         "than Params.timeout_ns when one is set; null for queries"),
 )
 
 MESSAGE_COLUMNS: tuple[Column, ...] = KEPT_COLUMNS + DECODED_COLUMNS + PAIRING_COLUMNS
@@ -216,8 +219,17 @@ FRAMES.setdefault("dns_transactions", TRANSACTION_COLUMNS)
 class Params:
     """Pairing parameters (nanoseconds)."""
 
-    timeout_ns: int = 5_000_000_000  # a response later than this after the latest query is not its answer
+    # a response later than this after the transaction's latest query is not its answer; None: no
+    # limit, as tshark pairs a response with its query however late
+    timeout_ns: int | None = None
     retransmission_window_ns: int = 5_000_000_000  # Wireshark's dns.retransmission_timer default
+    # a TCP query at most this long after a truncated UDP answer is its retry over TCP
+    tc_retry_window_ns: int = 5_000_000_000
+
+
+def _answer_limit(params: Params) -> int:
+    """``Params.timeout_ns`` for the pairing kernel (no limit: the largest int64)."""
+    return np.iinfo(np.int64).max if params.timeout_ns is None else int(params.timeout_ns)
 
 
 # --- messages -------------------------------------------------------------------------------------
@@ -400,7 +412,7 @@ def _pair(messages: pl.DataFrame, params: Params) -> _Pairing:
     req_row, ans_row = np.zeros(m, np.int64), np.zeros(m, np.int64)
     retries, duplicates, last_query = np.zeros(m, np.int64), np.zeros(m, np.int64), np.zeros(m, np.int64)
     n_txn = k.assign_roles(rows.astype(np.int64), keys, q_off, q_data, q_valid, ~qr, ts,
-                           int(params.retransmission_window_ns), int(params.timeout_ns), txn, role,
+                           int(params.retransmission_window_ns), _answer_limit(params), txn, role,
                            req_row, ans_row, retries, duplicates, last_query)
     p = _Pairing(role, txn, req_row[:n_txn], ans_row[:n_txn], retries[:n_txn], duplicates[:n_txn])
     _answer_questionless(p, keys, ts, last_query[:n_txn], ~q_valid & (keys[:, 6] < 0), params)
@@ -409,7 +421,7 @@ def _pair(messages: pl.DataFrame, params: Params) -> _Pairing:
 
 def _answer_questionless(p: _Pairing, keys, ts, last_query, no_question, params: Params) -> None:
     """A response without a question answers the latest unanswered transaction of its endpoints and
-    id, if that transaction's latest query is at most the timeout before it."""
+    id (whose latest query is at most ``Params.timeout_ns`` before it, when set)."""
     orphans = np.flatnonzero((p.role == k.R_UNSOLICITED) & no_question)
     open_txns = np.flatnonzero(p.ans_row < 0)
     if len(orphans) == 0 or len(open_txns) == 0:
@@ -420,7 +432,7 @@ def _answer_questionless(p: _Pairing, keys, ts, last_query, no_question, params:
     right = pl.DataFrame({"txn": open_txns, "ts": last_query[open_txns],
                           **{b: keys[req, c] for c, b in enumerate(by)}})
     hits = (left.sort("ts").join_asof(right.sort("ts"), on="ts", by=by, strategy="backward",
-                                      tolerance=int(params.timeout_ns), check_sortedness=False)
+                                      tolerance=params.timeout_ns, check_sortedness=False)
             .filter(pl.col("txn").is_not_null()).unique("txn", keep="first", maintain_order=True))
     rows, txns = hits["row"].to_numpy(), hits["txn"].to_numpy()
     p.role[rows] = k.R_ANSWER
@@ -503,7 +515,7 @@ def _tc_retries(t: pl.DataFrame, params: Params) -> pl.DataFrame:
             .join_asof(tcp.select(*by, "request_ts_ns", pl.col("request_frame").alias("tc_retry_frame"))
                        .sort("request_ts_ns"),
                        left_on="response_ts_ns", right_on="request_ts_ns", by=by, strategy="forward",
-                       tolerance=int(params.timeout_ns), check_sortedness=False)
+                       tolerance=int(params.tc_retry_window_ns), check_sortedness=False)
             .select("_txn", "tc_retry_frame"))
     return t.join(hits, on="_txn", how="left")
 

@@ -8,6 +8,11 @@ processed per connection direction in capture order. Wireshark's quirks are kept
 a segment's end) so the flags agree frame by frame.
 
 Where herdscope measures more than Wireshark (documented differences):
+- Time differences (the 20 ms fast-retransmission window, the out-of-order threshold) are unsigned in
+  Wireshark (``guint64 t``): when the capture's timestamps go backwards (merged interfaces, per-CPU
+  capture buffers) the difference is huge and the test fails. herdscope does the same (``0 <= t``), so a
+  segment resent 0.5 ms after a shorter one at the same sequence number, behind an ACK stamped later
+  than both, is out-of-order (not a fast retransmission) in both.
 - ``ooo_threshold_ns``: Wireshark calls a segment out-of-order instead of retransmitted when it arrives
   within 3 ms (or the handshake RTT, when known) of the highest segment. herdscope uses the handshake
   RTT as Wireshark does, and the default 3 ms otherwise; on µs-RTT paths pass a smaller value.
@@ -43,6 +48,8 @@ KEEP_ALIVE = 1 << 12
 KEEP_ALIVE_ACK = 1 << 13
 REUSED_PORTS = 1 << 14
 SACKED_RETRANSMISSION = 1 << 15  # herdscope: retransmits bytes the receiver had SACKed
+DSACK = 1 << 16  # herdscope: this ACK carries a D-SACK block (RFC 2883: duplicate data received)
+DSACKED_RETRANSMISSION = 1 << 17  # herdscope: a retransmission a later D-SACK reported as a duplicate
 
 FLAG_NAMES = {
     RETRANSMISSION: "retransmission", FAST_RETRANSMISSION: "fast_retransmission",
@@ -51,7 +58,8 @@ FLAG_NAMES = {
     ZERO_WINDOW: "zero_window", ZERO_WINDOW_PROBE: "zero_window_probe",
     ZERO_WINDOW_PROBE_ACK: "zero_window_probe_ack", WINDOW_FULL: "window_full",
     WINDOW_UPDATE: "window_update", KEEP_ALIVE: "keep_alive", KEEP_ALIVE_ACK: "keep_alive_ack",
-    REUSED_PORTS: "reused_ports", SACKED_RETRANSMISSION: "sacked_retransmission",
+    REUSED_PORTS: "reused_ports", SACKED_RETRANSMISSION: "sacked_retransmission", DSACK: "dsack",
+    DSACKED_RETRANSMISSION: "dsacked_retransmission",
 }
 ANY_RETRANSMISSION = RETRANSMISSION | FAST_RETRANSMISSION | SPURIOUS_RETRANSMISSION | SACKED_RETRANSMISSION
 
@@ -60,6 +68,7 @@ TH_FIN, TH_SYN, TH_RST, TH_PUSH, TH_ACK = 0x01, 0x02, 0x04, 0x08, 0x10
 MAX_UNACKED_SEGMENTS = 10000  # Wireshark's TCP_MAX_UNACKED_SEGMENTS
 FAST_RETRANSMISSION_WINDOW_NS = 20_000_000  # Wireshark: within 20 ms of the last duplicate ACK
 MAX_SACK_RANGES = 16  # scoreboard ranges kept per direction
+MAX_RETX_TRACKED = 8  # recent retransmissions kept per direction for D-SACK matching (12 bytes each)
 
 
 @dataclass(frozen=True)
@@ -137,6 +146,11 @@ def analyze(seg, n_conn, sack_left, sack_right, ooo_default_ns, use_hs_rtt, out)
     sk_lo = np.zeros((nd, MAX_SACK_RANGES), np.int64)
     sk_hi = np.zeros((nd, MAX_SACK_RANGES), np.int64)
     sk_n = np.zeros(nd, np.int64)
+    # the direction's recent retransmissions (ring): sequence range and row, for D-SACK matching
+    rx_seq = np.zeros((nd, MAX_RETX_TRACKED), np.uint32)
+    rx_end = np.zeros((nd, MAX_RETX_TRACKED), np.uint32)
+    rx_row = np.full((nd, MAX_RETX_TRACKED), -1, np.int32)
+    rx_n = np.zeros(nd, np.int64)
     # per-connection
     first_rtt = np.zeros(n_conn, np.int64)
     mru_syn = np.zeros(n_conn, np.int64)
@@ -205,6 +219,23 @@ def analyze(seg, n_conn, sack_left, sack_right, ooo_default_ns, use_hs_rtt, out)
         if flags & TH_ACK:
             out.ack_rel[i] = _u32(ack - base_seq[rev])
 
+        # D-SACK (RFC 2883 4): the first block below the cumulative ACK, or inside the second block
+        if seg.sack_count[i] > 0 and (flags & TH_ACK):
+            lo0 = _u32(sack_left[seg.sack_start[i]])
+            hi0 = _u32(sack_right[seg.sack_start[i]])
+            dup = _d(hi0, lo0) > 0 and _d(hi0, ack) <= 0
+            if not dup and seg.sack_count[i] > 1 and _d(hi0, lo0) > 0:
+                lo1 = _u32(sack_left[seg.sack_start[i] + 1])
+                hi1 = _u32(sack_right[seg.sack_start[i] + 1])
+                dup = _d(lo0, lo1) >= 0 and _d(hi0, hi1) <= 0
+            if dup:
+                ta |= DSACK
+                for k in range(min(rx_n[rev], MAX_RETX_TRACKED)):  # newest first
+                    slot = (rx_n[rev] - 1 - k) % MAX_RETX_TRACKED
+                    if _d(rx_seq[rev, slot], hi0) < 0 and _d(rx_end[rev, slot], lo0) > 0 \
+                            and not out.flags[rx_row[rev, slot]] & DSACKED_RETRANSMISSION:
+                        out.flags[rx_row[rev, slot]] |= DSACKED_RETRANSMISSION
+                        break
         # SACK scoreboard of the data this segment's sender has *received* (it describes rev's data)
         for k in range(seg.sack_count[i]):
             lo = _u32(sack_left[seg.sack_start[i] + k])
@@ -306,9 +337,11 @@ def analyze(seg, n_conn, sack_left, sack_right, ooo_default_ns, use_hs_rtt, out)
                 if seglen > 0 and lastack[rev] and _d(_u32(seq + seglen), lastack[rev]) <= 0:
                     ta |= SPURIOUS_RETRANSMISSION
                     classified = True
+                # Wireshark holds these time differences in a guint64: a timestamp going backwards makes
+                # them huge, never "within" a window (0 <= t below)
                 t = ts - lastack_time[rev]
                 if not classified and seq_not_advanced and _many_dupacks(dupacknum[rev]) and lastack[rev] == seq \
-                        and t < FAST_RETRANSMISSION_WINDOW_NS:
+                        and 0 <= t < FAST_RETRANSMISSION_WINDOW_NS:
                     ta |= FAST_RETRANSMISSION
                     classified = True
                 if not classified:
@@ -317,7 +350,7 @@ def analyze(seg, n_conn, sack_left, sack_right, ooo_default_ns, use_hs_rtt, out)
                     if use_hs_rtt and first_rtt[c]:
                         ooo_thres = first_rtt[c]
                     syn_fin = 1 if flags & (TH_SYN | TH_FIN) else 0
-                    if seq_not_advanced and t < ooo_thres and nextseq[fwd] != _u32(seq + seglen + syn_fin):
+                    if seq_not_advanced and 0 <= t < ooo_thres and nextseq[fwd] != _u32(seq + seglen + syn_fin):
                         ta |= OUT_OF_ORDER
                         classified = True
                 if not classified and seq_not_advanced:
@@ -326,6 +359,12 @@ def analyze(seg, n_conn, sack_left, sack_right, ooo_default_ns, use_hs_rtt, out)
                     out.rto_frame[i] = nextseq_frame[fwd]
                     if seglen > 0 and _sack_covered(seq, _u32(seq + seglen), sk_lo, sk_hi, sk_n, fwd):
                         ta |= SACKED_RETRANSMISSION
+                if seglen > 0 and (ta & (ANY_RETRANSMISSION | OUT_OF_ORDER)):
+                    slot = rx_n[fwd] % MAX_RETX_TRACKED
+                    rx_seq[fwd, slot] = seq
+                    rx_end[fwd, slot] = _u32(seq + seglen)
+                    rx_row[fwd, slot] = i
+                    rx_n[fwd] += 1
 
         # finished_checking_retransmission_type:
         nseq = _u32(seq + seglen)

@@ -4,7 +4,8 @@ See :mod:`dashboards.charts.base` for the row budget and how a chart says it was
 """
 from .base import MAX_ROWS, chart_notes, empty, finish, nice_bin_ns, thin
 from .overview import PICK, findings_timeline
-from .proofs import (amplification_chart, break_queue_chart, churn_rate_chart, classify_backoff, herd_chart,
+from .herd import herd_chart
+from .proofs import (amplification_chart, break_queue_chart, churn_rate_chart, classify_backoff,
                      lifetime_chart, retry_intervals, retry_ladder, stevens_chart, toctou_chart)
 from .transactions import latency_histogram, latency_over_time
 

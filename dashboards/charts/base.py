@@ -16,6 +16,15 @@ import polars as pl
 from detectors.base import SEVERITIES
 
 MAX_ROWS = 4000  # rows per dataset in one chart
+PANEL_WIDTH = 760  # px: the width of panels that share a time axis (concatenated charts)
+# A proof chart opens on the finding's window with this much context on each side: this many times
+# the window's length, and at least MIN_CONTEXT_NS (a 48 ms herd gets a second before and after, so
+# the trigger and the calm either side are visible); scrolling zooms out, double-click resets.
+CONTEXT_FACTOR = 2.0
+MIN_CONTEXT_NS = 1_000_000_000
+# How far beyond the opening view a proof chart's data reaches (in view lengths, each side), so that
+# zooming out shows more traffic rather than an empty axis.
+ZOOM_OUT_VIEWS = 4.0
 SEVERITY_COLOURS = ("#9e9e9e", "#4e79a7", "#e8a202", "#e15759", "#7b0d1e")  # informational .. critical
 TIME_TITLE = "seconds since the first packet"
 
@@ -38,6 +47,63 @@ def nice_bin_ns(span_ns: float, target_bins: int = 300, min_ns: float = 1_000) -
         if width >= raw:
             return int(width)
     return int(10 ** (exp + 1))
+
+
+def focus_domain(window_ns: tuple[int, int], *, factor: float = CONTEXT_FACTOR,
+                 min_context_ns: int = MIN_CONTEXT_NS) -> tuple[int, int]:
+    """The time range (ns) a proof chart opens on: the finding's window ± max(factor × its length,
+    min_context_ns). Not clipped to the capture: a finding at its very end keeps its right-hand
+    context (empty: the capture stopped), so its shading is never on the chart's edge."""
+    w0, w1 = int(window_ns[0]), max(int(window_ns[1]), int(window_ns[0]))
+    context = int(max(factor * (w1 - w0), min_context_ns))
+    return w0 - context, w1 + context
+
+
+def data_range(view_ns: tuple[int, int], extent_ns: tuple[int, int] | None,
+               views: float = ZOOM_OUT_VIEWS) -> tuple[int, int]:
+    """The range a zoomable chart carries data for: the view and ``views`` view-lengths either side,
+    within ``extent_ns`` (the capture's) when given, and never less than the view."""
+    span = view_ns[1] - view_ns[0]
+    lo, hi = view_ns[0] - int(views * span), view_ns[1] + int(views * span)
+    if extent_ns is not None:
+        lo, hi = max(lo, int(extent_ns[0])), min(hi, int(extent_ns[1]))
+    return min(lo, view_ns[0]), max(hi, view_ns[1])
+
+
+def zoom_note(view_ns: tuple[int, int], window_ns: tuple[int, int] | None) -> str:
+    """The subtitle line that says the chart is zoomed and how to zoom out."""
+    what = (f"the finding's {fmt_duration_ns(window_ns[1] - window_ns[0])} window"
+            if window_ns is not None else "the finding")
+    return (f"zoomed on {what} ± context ({fmt_duration_ns(view_ns[1] - view_ns[0])} shown): scroll to zoom "
+            f"out, drag to pan, double-click to come back")
+
+
+def seconds_domain(lo_ns: int, hi_ns: int, t0_ns: int) -> tuple[float, float]:
+    """A time range (ns) as an x domain in seconds since ``t0_ns`` (never empty)."""
+    return ((lo_ns - t0_ns) / 1e9, (max(hi_ns, lo_ns + 1) - t0_ns) / 1e9)
+
+
+def linked_zoom(name: str):
+    """Scroll to zoom, drag to pan the x axis (double-click resets); shared by concatenated panels."""
+    return alt.selection_interval(name=name, bind="scales", encodings=["x"])
+
+
+def opening_view(window_ns, view_ns, notes: list) -> tuple[int, int] | None:
+    """The range a proof chart opens on: ``view_ns``, else the finding's window with context
+    (:func:`focus_domain`, and a note saying so), else None (the data's own range)."""
+    if view_ns is not None:
+        return view_ns
+    if window_ns is None:
+        return None
+    view = focus_domain(window_ns)
+    notes.append(zoom_note(view, window_ns))
+    return view
+
+
+def x_scale(view, t0_ns) -> alt.Scale:
+    """The x scale of a chart opening on ``view`` (ns), or the data's own range without one."""
+    return alt.Scale(domain=list(seconds_domain(view[0], view[1], t0_ns)), nice=False) if view \
+        else alt.Scale(zero=False)
 
 
 def fmt_duration_ns(ns: float) -> str:
@@ -120,7 +186,8 @@ def windows_rect(frame: pl.DataFrame, colour: str = "#e15759", opacity: float = 
     x = alt.X("start_s:Q", scale=scale if scale is not None else alt.Scale(zero=False), title=TIME_TITLE)
     tips = [alt.Tooltip(f"{label}:N", title="window"), alt.Tooltip("start_s:Q", format=".6f"),
             alt.Tooltip("end_s:Q", format=".6f")] if tooltip else alt.Undefined
-    rect = base.mark_rect(color=colour, opacity=opacity).encode(x=x, x2="end_s:Q", tooltip=tips)
-    text = base.mark_text(align="left", baseline="top", dx=3, dy=3, color=colour, fontSize=11).encode(
+    # clipped: on a zoomed (or zoomable) axis, shading outside the view must not spill over the axes
+    rect = base.mark_rect(color=colour, opacity=opacity, clip=True).encode(x=x, x2="end_s:Q", tooltip=tips)
+    text = base.mark_text(align="left", baseline="top", dx=3, dy=3, color=colour, fontSize=11, clip=True).encode(
         x=x, y=alt.value(0), text=f"{label}:N")
     return rect + text

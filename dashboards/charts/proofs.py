@@ -4,7 +4,10 @@ Every builder takes plain frames with documented columns (times in ns since the 
 the capture's first packet, the origin of every time axis) and returns one Altair chart. Panels that
 must share a time axis (a herd's rate over its server latency, a time-sequence graph over bytes in
 flight) are one vertically concatenated chart with a shared x scale: dragging or scrolling in the top
-panel zooms both.
+panel zooms both. Every chart on a time axis opens on ``view_ns`` — by default the finding's window
+with context before and after (:func:`dashboards.charts.base.focus_domain`) — and can be zoomed out
+(scroll; the Findings page also has a whole-capture toggle). The herd chart is in
+:mod:`dashboards.charts.herd`.
 """
 from __future__ import annotations
 
@@ -12,122 +15,12 @@ import altair as alt
 import numpy as np
 import polars as pl
 
-from .base import (MAX_ROWS, TIME_TITLE, empty, finish, fmt_duration_ns, nice_bin_ns, thin,
-                   window_rect, windows_rect)
+from .base import (MAX_ROWS, PANEL_WIDTH, TIME_TITLE, data_range, empty, finish, fmt_duration_ns,
+                   linked_zoom as _linked_zoom, nice_bin_ns, opening_view as _view, seconds_domain as _domain,
+                   thin, window_rect, windows_rect, x_scale as _x_scale)
+from .herd import herd_chart  # noqa: F401 - the herd's proof chart lives in its own module
 
-PANEL_WIDTH = 760
-MAX_KEYS = 6
-MAX_MARKERS = 200
 MAX_CLIENTS = 60
-
-
-def _domain(lo_ns: int, hi_ns: int, t0_ns: int) -> tuple[float, float]:
-    return ((lo_ns - t0_ns) / 1e9, (max(hi_ns, lo_ns + 1) - t0_ns) / 1e9)
-
-
-def _linked_zoom(name: str):
-    return alt.selection_interval(name=name, bind="scales", encodings=["x"])
-
-
-# -- herd ----------------------------------------------------------------------------------------
-
-def herd_chart(requests: pl.DataFrame, *, t0_ns: int, window_ns: tuple[int, int], focus_key: str | None,
-               expiries_ns: pl.Series | list[int] | None = None, latency: pl.DataFrame | None = None,
-               domain_ns: tuple[int, int] | None = None, max_keys: int = MAX_KEYS) -> alt.VConcatChart | alt.Chart:
-    """Request rate per key over time with the herd window shaded and the TTL-expiry instants marked;
-    below, on the same time axis, the server's latency.
-
-    ``requests``: ``t_ns``, ``key`` — one row per request. ``latency``: ``t_ns``, ``latency_ns``
-    (and optionally ``key``) — one row per answered request. ``expiries_ns``: instants cached
-    answers expired (response time + TTL). Rates are counted server-side in about 300 bins.
-    """
-    title = f"Herd on {focus_key}" if focus_key else "Herd"
-    if requests.height == 0:
-        return empty("No requests to draw for this finding.", title)
-    lo, hi = domain_ns or (int(requests["t_ns"].min()), int(requests["t_ns"].max()))
-    lo, hi = min(lo, window_ns[0]), max(hi, window_ns[1], lo + 1)
-    bin_ns = nice_bin_ns(hi - lo, 300)
-    notes = []
-    counts = requests.group_by("key").len().sort("len", descending=True)
-    keys = counts["key"].head(max_keys).to_list()
-    if focus_key is not None and focus_key not in keys and focus_key in counts["key"].to_list():
-        keys = keys[: max_keys - 1] + [focus_key]
-    if counts.height > len(keys):
-        notes.append(f"the {len(keys)} busiest of {counts.height:,} keys shown (this finding's included)")
-    nbins = int((hi - lo) // bin_ns) + 1
-    grid = pl.DataFrame({"key": keys}).join(pl.DataFrame({"bin": np.arange(nbins, dtype=np.int64)}), how="cross")
-    binned = (requests.filter(pl.col("key").is_in(keys) & pl.col("t_ns").is_between(lo, hi))
-              .with_columns(((pl.col("t_ns") - lo) // bin_ns).alias("bin"))
-              .group_by("key", "bin").len("requests"))
-    rate = (grid.join(binned, on=["key", "bin"], how="left")
-            .with_columns(pl.col("requests").fill_null(0),
-                          ((lo - t0_ns + pl.col("bin") * bin_ns) / 1e9).alias("t_s"))
-            .with_columns((pl.col("requests") / (bin_ns / 1e9)).alias("rate"),
-                          (pl.col("key") == (focus_key or "")).alias("focus")))
-    rate, rate_note = thin(rate, what="rate points")
-    notes.append(rate_note)
-    domain = _domain(lo, hi, t0_ns)
-    zoom = _linked_zoom("herd_zoom")
-    xscale = alt.Scale(domain=list(domain), nice=False)
-    x = alt.X("t_s:Q", title=TIME_TITLE, scale=xscale)
-    w0, w1 = _domain(window_ns[0], window_ns[1], t0_ns)
-    min_w = (domain[1] - domain[0]) / 300
-    layers = [window_rect(w0, w1, f"herd window {fmt_duration_ns(window_ns[1] - window_ns[0])}", scale=xscale,
-                          min_width_s=min_w, opacity=0.3)]
-    layers.append(alt.Chart(rate).mark_line(interpolate="step-after").encode(
-        x=x, y=alt.Y("rate:Q", title=f"requests/s ({fmt_duration_ns(bin_ns)} bins)"),
-        color=alt.Color("key:N", title="key", sort=keys),
-        strokeWidth=alt.condition("datum.focus", alt.value(2.2), alt.value(1.0)),
-        tooltip=[alt.Tooltip("key:N"), alt.Tooltip("t_s:Q", format=".3f"), alt.Tooltip("requests:Q"),
-                 alt.Tooltip("rate:Q", format=",.1f")]).add_params(zoom))
-    if expiries_ns is not None and len(expiries_ns):
-        exp = pl.Series("e", expiries_ns, dtype=pl.Int64).drop_nulls()
-        exp = exp.filter((exp >= lo) & (exp <= hi))
-        # one mark per distinct instant (to the ms): many clients' cached copies expire together
-        instants = (pl.DataFrame({"e": exp}).group_by((pl.col("e") // 1_000_000).alias("ms"))
-                    .agg(pl.col("e").min(), pl.len().alias("answers")).sort("e"))
-        if instants.height > MAX_MARKERS:
-            notes.append(f"sampled: the {MAX_MARKERS} expiry instants with most answers of "
-                         f"{instants.height:,} marked")
-            instants = instants.sort("answers", descending=True).head(MAX_MARKERS).sort("e")
-        if instants.height:
-            marks = instants.with_columns(((pl.col("e") - t0_ns) / 1e9).alias("t_s"),
-                                          pl.lit("TTL expiry").alias("what"))
-            layers.append(alt.Chart(marks).mark_rule(color="#7b0d1e", strokeDash=[4, 3], opacity=0.6).encode(
-                x=x, tooltip=[alt.Tooltip("what:N"), alt.Tooltip("t_s:Q", format=".6f"),
-                              alt.Tooltip("answers:Q", title="cached answers expiring")]))
-    else:
-        notes.append("no TTL-expiry instants to mark (no answer carried a TTL for this key)")
-    top = alt.layer(*layers).properties(width=PANEL_WIDTH, height=220)
-    if latency is None or latency.height == 0:
-        return finish(top, title, notes)
-    bottom, lat_note = _latency_panel(latency, t0_ns=t0_ns, lo=lo, hi=hi, bin_ns=bin_ns, x=x, xscale=xscale,
-                                      window=(w0, w1))
-    notes.append(lat_note)
-    return finish(alt.vconcat(top, bottom, spacing=8).resolve_scale(x="shared"), title, notes)
-
-
-def _latency_panel(latency, *, t0_ns, lo, hi, bin_ns, x, xscale, window):
-    lat = latency.filter(pl.col("t_ns").is_between(lo, hi) & pl.col("latency_ns").is_not_null())
-    y = alt.Y("latency_ms:Q", title="server latency (ms, log)", scale=alt.Scale(type="log"))
-    shade = window_rect(window[0], window[1], "", scale=xscale, min_width_s=(hi - lo) / 1e9 / 300, opacity=0.3)
-    if lat.height <= MAX_ROWS:
-        data = lat.select(((pl.col("t_ns") - t0_ns) / 1e9).alias("t_s"),
-                          (pl.col("latency_ns").clip(lower_bound=1) / 1e6).alias("latency_ms"))
-        points = alt.Chart(data).mark_circle(size=18, opacity=0.7, color="#4e79a7").encode(
-            x=x, y=y, tooltip=[alt.Tooltip("t_s:Q", format=".6f"), alt.Tooltip("latency_ms:Q", format=".4g")])
-        return (shade + points).properties(width=PANEL_WIDTH, height=140), None
-    stats = (lat.with_columns(((pl.col("t_ns") - lo) // bin_ns).alias("bin"))
-             .group_by("bin").agg(pl.col("latency_ns").quantile(0.5, "nearest").alias("p50"),
-                                  pl.col("latency_ns").max().alias("max"))
-             .unpivot(["p50", "max"], index="bin", variable_name="stat", value_name="latency_ns")
-             .with_columns(((lo - t0_ns + pl.col("bin") * bin_ns) / 1e9).alias("t_s"),
-                           (pl.col("latency_ns").clip(lower_bound=1) / 1e6).alias("latency_ms"))
-             .sort("stat", "bin"))
-    lines = alt.Chart(stats).mark_line().encode(x=x, y=y, strokeDash=alt.StrokeDash("stat:N", title="per bin"),
-                                                tooltip=["stat:N", alt.Tooltip("latency_ms:Q", format=".4g")])
-    note = f"aggregated: {lat.height:,} latencies → p50/max per {fmt_duration_ns(bin_ns)} bin"
-    return (shade + lines).properties(width=PANEL_WIDTH, height=140), note
 
 
 # -- retry storm ---------------------------------------------------------------------------------
@@ -162,14 +55,17 @@ def classify_backoff(attempts: pl.DataFrame) -> tuple[str, float | None, float |
 
 
 def retry_ladder(attempts: pl.DataFrame, *, t0_ns: int, window_ns: tuple[int, int] | None = None,
-                 max_clients: int = MAX_CLIENTS) -> alt.Chart:
-    """One row per client, a mark per attempt (first tries hollow, retries filled red).
+                 view_ns: tuple[int, int] | None = None, max_clients: int = MAX_CLIENTS) -> alt.Chart:
+    """One row per client, a mark per attempt (first tries hollow, retries filled red). Opens on
+    ``view_ns`` (default: the storm window with context); scroll to zoom out.
 
     ``attempts``: ``t_ns``, ``client``, ``chain``, ``attempt`` (0 = first try), ``frame``."""
     title = "Retry ladder"
     if attempts.height == 0:
         return empty("No attempts to draw.", title)
     notes = []
+    view = _view(window_ns, view_ns, notes)
+    xscale = _x_scale(view, t0_ns)
     per_client = attempts.group_by("client").agg(pl.len().alias("n"), pl.col("t_ns").min().alias("first"))
     if per_client.height > max_clients:
         keep = per_client.sort("n", descending=True).head(max_clients)
@@ -185,9 +81,9 @@ def retry_ladder(attempts: pl.DataFrame, *, t0_ns: int, window_ns: tuple[int, in
     layers = []
     if window_ns:
         w0, w1 = _domain(window_ns[0], window_ns[1], t0_ns)
-        layers.append(window_rect(w0, w1, "storm window", colour="#e15759", opacity=0.08))
-    layers.append(alt.Chart(data).mark_point(size=30, filled=True).encode(
-        x=alt.X("t_s:Q", title=TIME_TITLE, scale=alt.Scale(zero=False)),
+        layers.append(window_rect(w0, w1, "storm window", colour="#e15759", opacity=0.08, scale=xscale))
+    layers.append(alt.Chart(data).mark_point(size=30, filled=True, clip=True).encode(
+        x=alt.X("t_s:Q", title=TIME_TITLE, scale=xscale),
         y=alt.Y("client:N", sort=order, title=None, axis=alt.Axis(labelLimit=200)),
         color=alt.Color("what:N", scale=alt.Scale(domain=["first try", "retry"], range=["#4e79a7", "#e15759"]),
                         title=None, legend=alt.Legend(orient="top")),
@@ -226,13 +122,21 @@ def retry_intervals(attempts: pl.DataFrame, *, backoff: str | None = None, bins:
     return finish(chart, title, notes)
 
 
-def amplification_chart(attempts: pl.DataFrame, *, t0_ns: int, window_ns: tuple[int, int] | None = None) -> alt.Chart:
-    """Attempts/s against first tries/s over time; the subtitle has the overall amplification."""
+def amplification_chart(attempts: pl.DataFrame, *, t0_ns: int, window_ns: tuple[int, int] | None = None,
+                        view_ns: tuple[int, int] | None = None) -> alt.Chart:
+    """Attempts/s against first tries/s over time; the subtitle has the overall amplification. Opens
+    on ``view_ns`` (default: the storm window with context), bins of about 1/120 of it."""
     title = "Amplification over time"
     if attempts.height == 0:
         return empty("No attempts to draw.", title)
+    notes = []
+    view = _view(window_ns, view_ns, notes)
+    total = attempts.height / max(int((attempts["attempt"] == 0).sum()), 1)
     lo, hi = int(attempts["t_ns"].min()), int(attempts["t_ns"].max())
-    bin_ns = nice_bin_ns(hi - lo, 120, min_ns=1_000_000)
+    if view:
+        lo, hi = data_range(view, (lo, hi))
+        attempts = attempts.filter(pl.col("t_ns").is_between(lo, hi))
+    bin_ns = nice_bin_ns((view[1] - view[0]) if view else hi - lo, 120, min_ns=1_000_000)
     per = (attempts.with_columns(((pl.col("t_ns") - lo) // bin_ns).alias("bin"))
            .group_by("bin").agg(pl.len().alias("all attempts"), (pl.col("attempt") == 0).sum().alias("first tries")))
     grid = pl.DataFrame({"bin": np.arange(int((hi - lo) // bin_ns) + 1, dtype=np.int64)})
@@ -241,27 +145,27 @@ def amplification_chart(attempts: pl.DataFrame, *, t0_ns: int, window_ns: tuple[
                          (pl.col("all attempts") / pl.max_horizontal(pl.col("first tries"), 1)).alias("amplification")))
     long = per.unpivot(["all attempts", "first tries"], index=["t_s", "amplification"], variable_name="what",
                        value_name="count").with_columns((pl.col("count") / (bin_ns / 1e9)).alias("per_s"))
-    total = attempts.height / max(int((attempts["attempt"] == 0).sum()), 1)
+    xscale = _x_scale(view, t0_ns)
     layers = []
     if window_ns:
         w0, w1 = _domain(window_ns[0], window_ns[1], t0_ns)
-        layers.append(window_rect(w0, w1, "", opacity=0.08))
-    layers.append(alt.Chart(long).mark_line(interpolate="step-after").encode(
-        x=alt.X("t_s:Q", title=TIME_TITLE, scale=alt.Scale(zero=False)),
+        layers.append(window_rect(w0, w1, "", opacity=0.08, scale=xscale))
+    layers.append(alt.Chart(long).mark_line(interpolate="step-after", clip=True).encode(
+        x=alt.X("t_s:Q", title=TIME_TITLE, scale=xscale),
         y=alt.Y("per_s:Q", title=f"per second ({fmt_duration_ns(bin_ns)} bins)"),
         color=alt.Color("what:N", scale=alt.Scale(domain=["all attempts", "first tries"], range=["#e15759", "#4e79a7"]),
                         title=None),
         tooltip=[alt.Tooltip("what:N"), alt.Tooltip("t_s:Q", format=".3f"), alt.Tooltip("per_s:Q", format=",.1f"),
                  alt.Tooltip("amplification:Q", format=".2f", title="attempts per first try")]))
     chart = alt.layer(*layers).properties(width="container", height=200)
-    return finish(chart, f"{title}: {total:.2f} attempts per request overall", [])
+    return finish(chart.interactive(bind_y=False), f"{title}: {total:.2f} attempts per request overall", notes)
 
 
 # -- SMB oplock / lease break queue ----------------------------------------------------------------
 
 def break_queue_chart(breaks: pl.DataFrame, waiters: pl.DataFrame, *, t0_ns: int,
-                      window_ns: tuple[int, int] | None = None,
-                      end_ns: int | None = None) -> alt.VConcatChart | alt.Chart:
+                      window_ns: tuple[int, int] | None = None, end_ns: int | None = None,
+                      view_ns: tuple[int, int] | None = None) -> alt.VConcatChart | alt.Chart:
     """Top: each break from notification to acknowledgment (the bar's length is the break → ack
     latency, labelled). Bottom, same time axis: queue depth as a step chart — requests waiting on the
     resource, and breaks not yet acknowledged.
@@ -278,12 +182,15 @@ def break_queue_chart(breaks: pl.DataFrame, waiters: pl.DataFrame, *, t0_ns: int
     if window_ns:
         lo, hi = min(lo, window_ns[0]), max(hi, window_ns[1])
     hi_draw = max(end_ns or hi, hi)
-    pad = max((hi - lo) // 20, 1_000_000)
-    domain = _domain(lo - pad, hi + 3 * pad, t0_ns)  # room on the right for the latency labels
+    notes = []
+    view = _view(window_ns, view_ns, notes)
+    if view is None:
+        pad = max((hi - lo) // 20, 1_000_000)
+        view = (lo - pad, hi + 3 * pad)  # room on the right for the latency labels
+    domain = _domain(view[0], view[1], t0_ns)
     xscale = alt.Scale(domain=list(domain), nice=False)
     x = alt.X("t_s:Q", title=TIME_TITLE, scale=xscale)
     zoom = _linked_zoom("break_zoom")
-    notes = []
     b, note = thin(breaks, max_rows=300, what="breaks")
     notes.append(note)
     bars = b.select(
@@ -303,14 +210,14 @@ def break_queue_chart(breaks: pl.DataFrame, waiters: pl.DataFrame, *, t0_ns: int
     if window_ns:
         top_layers.append(window_rect(*_domain(window_ns[0], window_ns[1], t0_ns), "", opacity=0.08, scale=xscale))
     top_layers += [
-        base.mark_bar(height=12).encode(
+        base.mark_bar(height=12, clip=True).encode(
             x=x, x2="ack_s:Q", y=y,
             color=alt.Color("state:N", scale=alt.Scale(domain=["acknowledged", "never acknowledged"],
                                                        range=["#e8a202", "#7b0d1e"]), title=None),
             tooltip=[alt.Tooltip("break:N"), alt.Tooltip("path:N"), alt.Tooltip("t_s:Q", format=".6f"),
                      alt.Tooltip("latency_ms:Q", format=".3f", title="break → ack (ms)"), alt.Tooltip("state:N")]
         ).add_params(zoom),
-        base.mark_text(align="left", dx=4, fontSize=11).encode(x="ack_s:Q", y=y, text="label:N"),
+        base.mark_text(align="left", dx=4, fontSize=11, clip=True).encode(x="ack_s:Q", y=y, text="label:N"),
     ]
     top = alt.layer(*top_layers).properties(width=PANEL_WIDTH, height=alt.Step(24))
     depth = _depth(waiters, "t_ns", "end_ns", "requests waiting", hi_draw)
@@ -319,7 +226,8 @@ def break_queue_chart(breaks: pl.DataFrame, waiters: pl.DataFrame, *, t0_ns: int
     depth = depth.with_columns(((pl.col("t_ns") - t0_ns) / 1e9).alias("t_s"))
     depth, note = thin(depth, what="queue changes")
     notes.append(note)
-    bottom = alt.Chart(depth).mark_line(interpolate="step-after", point=alt.OverlayMarkDef(size=14)).encode(
+    bottom = alt.Chart(depth).mark_line(interpolate="step-after", point=alt.OverlayMarkDef(size=14, clip=True),
+                                        clip=True).encode(
         x=x, y=alt.Y("depth:Q", title="queue depth", axis=alt.Axis(tickMinStep=1)),
         color=alt.Color("series:N", scale=alt.Scale(domain=["requests waiting", "breaks unacknowledged"],
                                                     range=["#4e79a7", "#e8a202"]), title=None),
@@ -347,7 +255,9 @@ def _depth(frame: pl.DataFrame, start: str, end: str, series: str, end_of_time: 
 # -- TCP stall: the time-sequence (Stevens) graph ----------------------------------------------------
 
 def stevens_chart(segments: pl.DataFrame, *, t0_ns: int, stalls: pl.DataFrame | None = None,
-                  title: str = "Time-sequence graph", max_points: int = MAX_ROWS) -> alt.VConcatChart | alt.Chart:
+                  title: str = "Time-sequence graph", max_points: int = MAX_ROWS,
+                  window_ns: tuple[int, int] | None = None,
+                  view_ns: tuple[int, int] | None = None) -> alt.VConcatChart | alt.Chart:
     """Sequence numbers of the data sender's segments over time, the receiver's ACK line and
     receive-window edge (ACK + window), retransmissions marked, stalls shaded and labelled with their
     cause; bytes in flight below on the same time axis.
@@ -356,6 +266,8 @@ def stevens_chart(segments: pl.DataFrame, *, t0_ns: int, stalls: pl.DataFrame | 
     ``ack_rel``, ``window_size``, ``bytes_in_flight``, ``retransmission``. ``stalls``: ``start_ns``,
     ``end_ns``, ``label``. Above ``max_points`` data segments, each of about ``max_points / 2`` time
     buckets keeps its lowest and highest segment, every retransmission is kept, and the subtitle says so.
+    Opens on ``view_ns`` (default: the finding's stall ``window_ns`` with context, else the whole
+    connection); scroll to zoom out.
     """
     data = segments.filter(pl.col("from_sender") & (pl.col("seglen") > 0))
     acks = segments.filter(~pl.col("from_sender") & pl.col("ack_rel").is_not_null())
@@ -366,7 +278,8 @@ def stevens_chart(segments: pl.DataFrame, *, t0_ns: int, stalls: pl.DataFrame | 
     hi = max(int(segments["t_ns"].max()), lo + 1)
     if stalls is not None and stalls.height:
         lo, hi = min(lo, int(stalls["start_ns"].min())), max(hi, int(stalls["end_ns"].max()))
-    domain = _domain(lo, hi, t0_ns)
+    view = _view(window_ns, view_ns, notes) or (lo, hi)
+    domain = _domain(view[0], view[1], t0_ns)
     xscale = alt.Scale(domain=list(domain), nice=False)
     x = alt.X("t_s:Q", title=TIME_TITLE, scale=xscale)
     zoom = _linked_zoom("tsg_zoom")
@@ -407,7 +320,7 @@ def stevens_chart(segments: pl.DataFrame, *, t0_ns: int, stalls: pl.DataFrame | 
         long = ackline.unpivot(["ack", "window_edge"], index=["t_s", "frame", "window_size"], variable_name="line",
                                value_name="seq").drop_nulls("seq").with_columns(
             pl.col("line").replace({"ack": "ACK", "window_edge": "receive window (ACK + window)"}))
-        layers.append(alt.Chart(long).mark_line(interpolate="step-after", strokeWidth=1.2).encode(
+        layers.append(alt.Chart(long).mark_line(interpolate="step-after", strokeWidth=1.2, clip=True).encode(
             x=x, y=y, color=alt.Color("line:N", scale=alt.Scale(
                 domain=["ACK", "receive window (ACK + window)"], range=["#59a14f", "#b0b0b0"]), title=None),
             strokeDash=alt.StrokeDash("line:N", legend=None, scale=alt.Scale(
@@ -415,7 +328,7 @@ def stevens_chart(segments: pl.DataFrame, *, t0_ns: int, stalls: pl.DataFrame | 
             tooltip=[alt.Tooltip("line:N"), alt.Tooltip("t_s:Q", format=".6f"), alt.Tooltip("seq:Q", format=","),
                      alt.Tooltip("window_size:Q", format=","), alt.Tooltip("frame:Q")]))
     if pts.height:
-        layers.append(alt.Chart(pts.rename({"seq_end": "seq"})).mark_point(filled=True).encode(
+        layers.append(alt.Chart(pts.rename({"seq_end": "seq"})).mark_point(filled=True, clip=True).encode(
             x=x, y=y,
             color=alt.Color("what:N", scale=alt.Scale(domain=["data segment", "retransmission"],
                                                       range=["#4e79a7", "#e15759"]), title=None),
@@ -439,7 +352,7 @@ def stevens_chart(segments: pl.DataFrame, *, t0_ns: int, stalls: pl.DataFrame | 
     if flight.height == 0:
         return finish(top, title, notes)
     flight = flight.with_columns(((pl.col("t_ns") - t0_ns) / 1e9).alias("t_s"))
-    bottom = alt.Chart(flight).mark_area(interpolate="step-after", opacity=0.5, color="#4e79a7").encode(
+    bottom = alt.Chart(flight).mark_area(interpolate="step-after", opacity=0.5, color="#4e79a7", clip=True).encode(
         x=x, y=alt.Y("bytes_in_flight:Q", title="bytes in flight"),
         tooltip=[alt.Tooltip("t_s:Q", format=".6f"), alt.Tooltip("bytes_in_flight:Q", format=","),
                  alt.Tooltip("frame:Q")]).properties(width=PANEL_WIDTH, height=120)
@@ -453,14 +366,15 @@ ROLE_COLOURS = {"check": "#4e79a7", "use": "#59a14f", "change": "#e15759", "othe
 
 def toctou_chart(ops: pl.DataFrame, windows: pl.DataFrame, *, t0_ns: int,
                  window_ns: tuple[int, int] | None = None, resource: str | None = None,
-                 domain_ns: tuple[int, int] | None = None) -> alt.Chart:
+                 domain_ns: tuple[int, int] | None = None, view_ns: tuple[int, int] | None = None) -> alt.Chart:
     """A Gantt of each client's check → use windows on the resource; the other clients' changes that
     fall inside a window are marked (red rule, labelled with what and who).
 
     ``ops``: ``t_ns``, ``client``, ``operation``, ``role`` (check, use, change, other), ``frame``,
     ``interleaved`` (a write inside another client's window). ``windows``: ``client``, ``check_ns``,
     ``use_ns``, ``check_frame``, ``use_frame``, ``interleaved`` (another client wrote inside it).
-    ``domain_ns``: the time range to draw (default: the operations').
+    ``domain_ns``: the time range the operations were cut to (default: the operations'); the chart
+    opens on ``view_ns`` (default: the finding's window with context, else ``domain_ns``).
     """
     title = f"Check → use windows on {resource}" if resource else "Check → use windows"
     if ops.height == 0:
@@ -472,7 +386,8 @@ def toctou_chart(ops: pl.DataFrame, windows: pl.DataFrame, *, t0_ns: int,
     notes.append(note)
     lo, hi = domain_ns or (int(ops["t_ns"].min()), int(ops["t_ns"].max()))
     pad = max((hi - lo) // 40, 1_000)
-    domain = _domain(lo - pad, hi + pad, t0_ns)
+    view = _view(window_ns, view_ns, notes) or (lo - pad, hi + pad)
+    domain = _domain(view[0], view[1], t0_ns)
     clients = ops.group_by("client").agg(pl.col("t_ns").min()).sort("t_ns")["client"].to_list()
     y = alt.Y("client:N", sort=clients, title=None, axis=alt.Axis(labelLimit=200))
     xscale = alt.Scale(domain=list(domain), nice=False)
@@ -487,7 +402,7 @@ def toctou_chart(ops: pl.DataFrame, windows: pl.DataFrame, *, t0_ns: int,
                            ((pl.col("use_ns") - pl.col("check_ns")) / 1e6).alias("window_ms"),
                            pl.when(pl.col("interleaved")).then(pl.lit("changed underneath"))
                            .otherwise(pl.lit("clean")).alias("window"))
-        layers.append(alt.Chart(w).mark_bar(height=16, opacity=0.5).encode(
+        layers.append(alt.Chart(w).mark_bar(height=16, opacity=0.5, clip=True).encode(
             x=x, x2="use_s:Q", y=y,
             fill=alt.Fill("window:N", scale=alt.Scale(domain=["clean", "changed underneath"],
                                                       range=["#bab0ac", "#e15759"]), title="check → use window",
@@ -504,11 +419,12 @@ def toctou_chart(ops: pl.DataFrame, windows: pl.DataFrame, *, t0_ns: int,
             .group_by("client", "burst").agg(pl.col("t_s").min(), pl.col("operation").unique(maintain_order=True))
             .with_columns(pl.format("{} by {}", pl.col("operation").list.join(", "), pl.col("client")).alias("label")))
         rules = alt.Chart(changes.with_columns(pl.format("{} by {}", "operation", "client").alias("label")))
-        layers.append(rules.mark_rule(color="#e15759", strokeWidth=1.5, strokeDash=[3, 2]).encode(
+        layers.append(rules.mark_rule(color="#e15759", strokeWidth=1.5, strokeDash=[3, 2], clip=True).encode(
             x=x, tooltip=[alt.Tooltip("label:N", title="interleaved change"), alt.Tooltip("frame:Q")]))
         layers.append(alt.Chart(labels).mark_text(align="left", baseline="top", dx=3, dy=2, fontSize=11,
-                                                  color="#c0392b").encode(x=x, y=alt.value(0), text="label:N"))
-    layers.append(alt.Chart(o).mark_point(filled=True, size=60, stroke="#333", strokeWidth=0.5).encode(
+                                                  color="#c0392b", clip=True).encode(x=x, y=alt.value(0),
+                                                                                     text="label:N"))
+    layers.append(alt.Chart(o).mark_point(filled=True, size=60, stroke="#333", strokeWidth=0.5, clip=True).encode(
         x=x, y=y,
         color=alt.Color("role:N", scale=alt.Scale(domain=list(ROLE_COLOURS), range=list(ROLE_COLOURS.values())),
                         title="operation", legend=alt.Legend(orient="top")),
@@ -528,14 +444,17 @@ PHASE_COLOURS = ("#e8a202", "#e15759", "#4e79a7", "#bab0ac")
 
 
 def churn_rate_chart(conns: pl.DataFrame, *, t0_ns: int, window_ns: tuple[int, int] | None = None,
-                     max_clients: int = 8, focus_client: str | None = None) -> alt.Chart:
-    """New connections per second per client (1 s bins; 100 ms bins scaled to /s for spans under
+                     max_clients: int = 8, focus_client: str | None = None,
+                     view_ns: tuple[int, int] | None = None) -> alt.Chart:
+    """New connections per second per client (1 s bins; 100 ms bins scaled to /s for views under
     10 s). ``conns``: ``start_ns``, ``client``. The busiest ``max_clients`` are drawn, and
-    ``focus_client`` (the finding's) always."""
+    ``focus_client`` (the finding's) always. Opens on ``view_ns`` (default: the finding's window
+    with context); scroll to zoom out."""
     title = "New connections per second"
     if conns.height == 0:
         return empty("No connections.", title)
     notes = []
+    view = _view(window_ns, view_ns, notes)
     per = conns.group_by("client").len().sort("len", descending=True)
     clients = per.head(max_clients)["client"].to_list()
     if focus_client and focus_client not in clients and focus_client in per["client"].to_list():
@@ -546,7 +465,12 @@ def churn_rate_chart(conns: pl.DataFrame, *, t0_ns: int, window_ns: tuple[int, i
     lo, hi = int(conns["start_ns"].min()), int(conns["start_ns"].max())
     if window_ns:
         lo, hi = min(lo, window_ns[0]), max(hi, window_ns[1])
-    bin_ns = 1_000_000_000 if hi - lo >= 10_000_000_000 else 100_000_000
+    n_total, total_s = conns.height, max((hi - lo) / 1e9, 1e-9)
+    if view:
+        lo, hi = data_range(view, (lo, hi))
+        conns = conns.filter(pl.col("start_ns").is_between(lo, hi))
+    span = (view[1] - view[0]) if view else hi - lo
+    bin_ns = 1_000_000_000 if span >= 10_000_000_000 else 100_000_000
     nb = int((hi - lo) // bin_ns) + 1
     grid = pl.DataFrame({"client": clients}).join(pl.DataFrame({"bin": np.arange(nb, dtype=np.int64)}), how="cross")
     binned = conns.with_columns(((pl.col("start_ns") - lo) // bin_ns).alias("bin")).group_by("client", "bin").len("n")
@@ -555,18 +479,21 @@ def churn_rate_chart(conns: pl.DataFrame, *, t0_ns: int, window_ns: tuple[int, i
                           (pl.col("n") / (bin_ns / 1e9)).alias("per_s")))
     rate, note = thin(rate, what="rate points")
     notes.append(note)
+    xscale = _x_scale(view, t0_ns)
     layers = []
     if window_ns:
-        layers.append(window_rect(*_domain(window_ns[0], window_ns[1], t0_ns), "churn window", opacity=0.08))
-    layers.append(alt.Chart(rate).mark_line(interpolate="step-after", point=alt.OverlayMarkDef(size=10)).encode(
-        x=alt.X("t_s:Q", title=TIME_TITLE, scale=alt.Scale(zero=False)),
+        layers.append(window_rect(*_domain(window_ns[0], window_ns[1], t0_ns), "churn window", opacity=0.08,
+                                  scale=xscale))
+    layers.append(alt.Chart(rate).mark_line(interpolate="step-after", point=alt.OverlayMarkDef(size=10, clip=True),
+                                            clip=True).encode(
+        x=alt.X("t_s:Q", title=TIME_TITLE, scale=xscale),
         y=alt.Y("per_s:Q", title=f"new connections/s ({fmt_duration_ns(bin_ns)} bins)"),
         color=alt.Color("client:N", sort=clients, title="client"),
         tooltip=[alt.Tooltip("client:N"), alt.Tooltip("t_s:Q", format=".3f"), alt.Tooltip("n:Q", title="new"),
                  alt.Tooltip("per_s:Q", format=",.1f")]))
-    total_s = max((hi - lo) / 1e9, 1e-9)
     chart = alt.layer(*layers).properties(width="container", height=220)
-    return finish(chart, f"{title}: {conns.height:,} connections, {conns.height / total_s:,.1f}/s on average", notes)
+    return finish(chart.interactive(bind_y=False),
+                  f"{title}: {n_total:,} connections, {n_total / total_s:,.1f}/s on average", notes)
 
 
 def lifetime_chart(lifetimes: pl.DataFrame, *, max_bars: int = 300) -> alt.Chart:

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 PREFIX = "hsreal-"
+ALL_DETECTORS = ["herd", "retry_storm", "smb_break_queue", "tcp_stall", "toctou", "conn_churn"]   # what a manifest entry names
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
 

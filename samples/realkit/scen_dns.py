@@ -22,7 +22,7 @@ from pathlib import Path
 import dns.message
 import dns.rdatatype
 
-from .core import Capture, Lab, deb_version, first_packet_time, log, wait_for
+from .core import ALL_DETECTORS, Capture, Lab, deb_version, first_packet_time, log, wait_for
 
 RESOLVER = "10.77.0.53"
 AUTH = "10.77.0.54"
@@ -369,7 +369,6 @@ def storm_summary(r: dict) -> dict:
 
 
 # --------------------------------------------------------------------------- manifest entries
-ALL_DETECTORS = ["herd", "retry_storm", "smb_break_queue", "tcp_stall", "toctou", "conn_churn"]
 
 
 def build_ttl_herd(lab: Lab, out: Path, healthy: bool) -> dict:

@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from .core import Capture, Lab, deb_version, first_packet_time, log, wait_for
+from .core import ALL_DETECTORS, Capture, Lab, deb_version, first_packet_time, log, wait_for
 
 KDC = "10.77.0.88"
 REALM = "CORP.EXAMPLE"
@@ -29,7 +29,15 @@ def client_addr(i: int) -> str:
     return f"10.77.2.{i + 1}"
 
 
-def _krb5_conf(path: Path, tcp: bool) -> None:
+def _krb5_conf(path: Path, tcp: bool, kdc: str = KDC, admin_server: bool = True,
+               ticket_enctypes: bool = False) -> None:
+    """The clients' krb5.conf: UDP, or TCP (udp_preference_limit = 1); KDC as the realm's kdc
+    line (realkit/eval_krb.py's Heimdal clients need a tcp/ prefix there); optionally without
+    the admin_server line and with default_tkt/tgs_enctypes."""
+    tkt = ("    default_tkt_enctypes = aes256-cts-hmac-sha1-96 aes128-cts-hmac-sha1-96\n"
+           "    default_tgs_enctypes = aes256-cts-hmac-sha1-96 aes128-cts-hmac-sha1-96\n"
+           if ticket_enctypes else "")
+    admin = f"        admin_server = {KDC}\n" if admin_server else ""
     path.write_text(f"""[libdefaults]
     default_realm = {REALM}
     dns_lookup_kdc = false
@@ -40,19 +48,23 @@ def _krb5_conf(path: Path, tcp: bool) -> None:
     kdc_timeout = 3000
     max_retries = 3
     permitted_enctypes = aes256-cts-hmac-sha1-96 aes128-cts-hmac-sha1-96
-
+{tkt}
 [realms]
     {REALM} = {{
-        kdc = {KDC}
-        admin_server = {KDC}
-    }}
+        kdc = {kdc}
+{admin}    }}
 """)
     path.chmod(0o644)
 
 
-def _setup_kdc(lab: Lab, kdc_ns, users: list[tuple[str, str]]) -> dict:
-    d = lab.workdir / "kdc"
+def start_mit_kdc(lab: Lab, kdc_ns, d: Path, kadmin_cmds: list[str], master_pw: str,
+                  log_name: str = "krb5kdc.log", renewable: bool = True,
+                  **client_conf) -> tuple[subprocess.Popen, Path]:
+    """MIT krb5kdc on KDC in KDC_NS, its database, stash and logs in D, its principals made with
+    KADMIN_CMDS (kadmin.local); D/krb5.conf is ``_krb5_conf(tcp=False, **CLIENT_CONF)``.
+    (process, log file) once it logged "commencing operation"."""
     d.mkdir(exist_ok=True)
+    renew = "        max_renewable_life = 7d 0h 0m 0s\n" if renewable else ""
     (d / "kdc.conf").write_text(f"""[kdcdefaults]
     kdc_ports = 88
     kdc_tcp_ports = 88
@@ -65,30 +77,34 @@ def _setup_kdc(lab: Lab, kdc_ns, users: list[tuple[str, str]]) -> dict:
         kdc_listen = {KDC}
         kdc_tcp_listen = {KDC}
         max_life = 10h 0m 0s
-        max_renewable_life = 7d 0h 0m 0s
-        master_key_type = aes256-cts-hmac-sha1-96
+{renew}        master_key_type = aes256-cts-hmac-sha1-96
         supported_enctypes = aes256-cts-hmac-sha1-96:normal aes128-cts-hmac-sha1-96:normal
     }}
 
 [logging]
-    kdc = FILE:{d}/krb5kdc.log
+    kdc = FILE:{d}/{log_name}
 """)
     (d / "kadm5.acl").write_text("")
-    _krb5_conf(d / "krb5.conf", tcp=False)
-    env = dict(os.environ, KRB5_CONFIG=str(d / "krb5.conf"), KRB5_KDC_PROFILE=str(d / "kdc.conf"))
-    subprocess.run(["kdb5_util", "create", "-s", "-r", REALM, "-P", "hsreal-master-pw"],
-                   env=env, check=True, capture_output=True, text=True)
+    _krb5_conf(d / "krb5.conf", tcp=False, **client_conf)
+    env = {"KRB5_CONFIG": str(d / "krb5.conf"), "KRB5_KDC_PROFILE": str(d / "kdc.conf")}
+    subprocess.run(["kdb5_util", "create", "-s", "-r", REALM, "-P", master_pw],
+                   env=dict(os.environ, **env), check=True, capture_output=True, text=True)
+    p = subprocess.run(["kadmin.local", "-r", REALM], input="\n".join(kadmin_cmds) + "\nquit\n",
+                       env=dict(os.environ, **env), capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"kadmin.local: {p.stdout[-400:]} {p.stderr[-400:]}")
+    kdc = lab.spawn(kdc_ns, "krb5kdc", ["krb5kdc", "-n", "-r", REALM, "-P", str(d / "kdc.pid")], env=env)
+    log_path = d / log_name
+    wait_for(lambda: log_path.exists() and "commencing operation" in log_path.read_text(), 15,
+             "krb5kdc to start")
+    return kdc, log_path
+
+
+def _setup_kdc(lab: Lab, kdc_ns, users: list[tuple[str, str]]) -> dict:
+    d = lab.workdir / "kdc"
     cmds = [f"addprinc -pw {pw} +requires_preauth {u}" for u, pw in users]
     cmds.append(f"addprinc -randkey {SERVICE}")
-    p = subprocess.run(["kadmin.local", "-r", REALM], input="\n".join(cmds) + "\nquit\n",
-                       env=env, capture_output=True, text=True)
-    if p.returncode != 0:
-        raise RuntimeError(p.stderr)
-    kdc = lab.spawn(kdc_ns, "krb5kdc", ["krb5kdc", "-n", "-r", REALM, "-P", str(d / "kdc.pid")],
-                    env={"KRB5_CONFIG": str(d / "krb5.conf"),
-                         "KRB5_KDC_PROFILE": str(d / "kdc.conf")})
-    wait_for(lambda: "commencing operation" in (d / "krb5kdc.log").read_text()
-             if (d / "krb5kdc.log").exists() else False, 15, "krb5kdc to start")
+    kdc, _ = start_mit_kdc(lab, kdc_ns, d, cmds, "hsreal-master-pw")
     return dict(dir=d, proc=kdc)
 
 
@@ -180,7 +196,6 @@ def run_herd(lab: Lab, out: Path, healthy: bool, n_clients: int = 40, n_wrong: i
                 fname=fname, n_clients=n_clients, kdc_log=kdc_log, t_base=t_base)
 
 
-ALL_DETECTORS = ["herd", "retry_storm", "smb_break_queue", "tcp_stall", "toctou", "conn_churn"]
 
 
 def build_herd(lab: Lab, out: Path, healthy: bool) -> dict:

@@ -14,7 +14,7 @@ from pathlib import Path
 import ldap3
 from ldap3.core.exceptions import LDAPException
 
-from .core import Capture, Lab, deb_version, first_packet_time, log, wait_for
+from .core import ALL_DETECTORS, Capture, Lab, deb_version, first_packet_time, log, wait_for
 
 SLAPD = "10.77.0.89"
 BASE = "dc=corp,dc=example"
@@ -25,7 +25,6 @@ READER_PW = "hsreal-reader-pw"
 COUNTER_DN = f"cn=uid-pool,ou=counters,{BASE}"
 COUNTER_START = 10000
 N_USERS = 50
-ALL_DETECTORS = ["herd", "retry_storm", "smb_break_queue", "tcp_stall", "toctou", "conn_churn"]
 
 
 def _ldif() -> str:

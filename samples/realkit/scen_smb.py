@@ -37,14 +37,13 @@ from smbprotocol.session import Session
 from smbprotocol.structure import BytesField, IntField, Structure
 from smbprotocol.tree import TreeConnect
 
-from .core import Capture, Lab, deb_version, first_packet_time, log, wait_for
+from .core import ALL_DETECTORS, Capture, Lab, deb_version, first_packet_time, log, wait_for
 
 SMBD = "10.77.0.45"
 SHARE = "data"
 UNC = rf"\\{SMBD}\{SHARE}"
 SMB_USER = "nobody"          # an existing Unix account: nothing is added to /etc/passwd
 SMB_PW = "hsreal-Smb-pw1"
-ALL_DETECTORS = ["herd", "retry_storm", "smb_break_queue", "tcp_stall", "toctou", "conn_churn"]
 BREAK_MID = 0xFFFFFFFFFFFFFFFF
 
 # --------------------------------------------------------------------------- source address

@@ -16,12 +16,11 @@ import threading
 import time
 from pathlib import Path
 
-from .core import Capture, Lab, deb_version, first_packet_time, log, wait_for
+from .core import ALL_DETECTORS, Capture, Lab, deb_version, first_packet_time, log, wait_for
 
 A, B = "10.77.5.1", "10.77.5.2"
 PORT = 5001
 TCP_CONGESTION = getattr(socket, "TCP_CONGESTION", 13)
-ALL_DETECTORS = ["herd", "retry_storm", "smb_break_queue", "tcp_stall", "toctou", "conn_churn"]
 
 
 def _cubic(s: socket.socket) -> None:

@@ -1,0 +1,213 @@
+"""Every finding at medium or above on the third-party corpus (tests/data/corpus), reviewed with tshark.
+
+issue 10, "every >= medium finding on the shared corpus reviewed": each capture below yields a finding
+at medium or above with the default parameters, and the test for it pins the detector, kind and
+severity floor together with what tshark shows that makes it true (frame numbers are Wireshark's, times
+``frame.time_relative``). Every other corpus capture is ordinary traffic and must give nothing at medium
+or above (:func:`test_unpinned_corpus_capture_has_nothing_medium_or_worse`).
+
+Where a finding is true but its severity is out of proportion, the pin is only the floor that is true
+and the docstring says what is overstated (the detectors concerned are being reworked; see the review
+notes in each test). Findings that were false were fixed in the detector or are not in this corpus.
+
+Each capture is opened and analysed once per session (``_findings``).
+"""
+from functools import lru_cache
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from analyzer import open_capture
+from detectors import at_least, run, top_level
+from tshark_ref import corpus_files
+
+CORPUS = Path(__file__).parent / "data" / "corpus"
+REVIEW = Path(__file__).parent / "data" / "review"  # reviewed captures a conformance test cannot take
+
+
+@lru_cache(maxsize=None)
+def _findings(rel: str) -> pl.DataFrame:
+    path = REVIEW / rel if (REVIEW / rel).is_file() else CORPUS / rel
+    with open_capture(path) as cap:
+        return run(cap)
+
+
+def _pinned(rel: str, detector: str, kind: str, floor: str, *, top: bool = True) -> list[dict]:
+    """The findings of ``detector``/``kind`` at ``floor`` or above (top-level ones unless ``top`` is
+    False); asserts there is at least one."""
+    f = _findings(rel)
+    f = top_level(f) if top else f
+    hits = at_least(f.filter((pl.col("detector") == detector) & (pl.col("kind") == kind)), floor)
+    assert hits.height >= 1, (f"{rel}: no {detector}/{kind} finding at {floor} or above; got "
+                              f"{f.select('detector', 'kind', 'severity', 'explanation').to_dicts()}")
+    return hits.to_dicts()
+
+
+def _frames(row: dict) -> set[int]:
+    return set(row["evidence_frames"])
+
+
+# -- the pins ----------------------------------------------------------------------------------------
+
+ECHO = "zeek/echo-connections.pcap.gz"
+
+
+def test_echo_connections_listen_backlog_overflow():
+    """zeek/echo-connections.pcap.gz: one loopback client opens 500 connections to 127.0.0.1:7000 in
+    130 ms (first SYNs at 0.000-0.130 s). tshark: 741 SYNs, 500 SYN/ACKs and no SYN/ACK retransmission;
+    158 connections' first SYN got no answer at all (e.g. stream 87: SYN frame 306 at 0.027 s, resent
+    frame 23380 at 1.091 s and frame 65678 at 3.139 s, SYN/ACK frame 65795 at 3.139 s) while SYNs
+    between them were answered within ~10 µs (frames 1-2: 22 µs). Loopback does not lose packets and
+    no SYN/ACK was ever resent, so the server never took those SYNs: its listen queue was full (86
+    established, unclosed connections at the first drop, 341 at 0.13 s; the first FIN at 2.09 s).
+    Those 158 connections each waited the 1 s initial RTO (and 2 s more for half of them) on a ~50 µs
+    path: 20,000 RTTs. conn_churn's syn_backlog says why (high); tcp_stall's population of the 158
+    RTO stalls says what it cost (>= medium)."""
+    backlog = _pinned(ECHO, "conn_churn", "syn_backlog", "high")[0]
+    assert backlog["server"] == "127.0.0.1" and backlog["resource"] == "127.0.0.1:7000"
+    assert 0.30 <= backlog["value"] <= 0.33  # 158 of 500
+    assert {306, 310, 311} <= _frames(backlog)  # the first three SYNs that went unanswered
+    stalls = _pinned(ECHO, "tcp_stall", "rto", "medium")
+    assert any(r["members"] >= 150 for r in stalls)  # one population, not 158 lines
+
+
+def test_syn_retransmit_with_ts_syn_and_data_timers_on_a_microsecond_path():
+    """suricata-verify/bug-4376/syn_retransmit_with_ts.pcap (in tests/data/review: tshark's bytes in
+    flight differ on its first flight, see its README): 10.38.251.146:33372 -> 10.38.251.147:80.
+    tshark: SYN frame 1 at 0.000 s unanswered, resent frame 2 at 0.999996 s and answered in the same
+    microsecond (SYN/ACK frame 3, ACK frame 4 1 µs later; tcp.analysis.ack_rtt 1 µs): a 1 s initial RTO
+    on a path of a few µs. Then a 182 KB response at ~8 Gb/s with losses: the client SACKs holes
+    (frames 226-238: ACK 62265, SACK 152041-162177, 163625-170865, 173761-182526); the server resends
+    three segments (frames 233, 235, 237 at 1.000411 s) and then nothing is sent by anyone until frame
+    239 at 1.999615 s, a retransmission of seq 117289 (tcp.analysis.rto 0.999 s): a 999 ms
+    retransmission timer with the holes still open, where ACKs came back within 204 µs (frames
+    234-238). Both are thousands of RTTs: medium. (The capture-wide 1 s silence ends in a
+    retransmission, so it is TCP's timer, not a capture gap.)"""
+    rel = "suricata-verify/bug-4376/syn_retransmit_with_ts.pcap"
+    rows = _pinned(rel, "tcp_stall", "rto", "medium")
+    assert len(rows) == 2
+    syn = [r for r in rows if {1, 2} <= _frames(r)]
+    data = [r for r in rows if {237, 239} <= _frames(r)]
+    assert syn and data
+    assert 990 <= syn[0]["value"] <= 1010 and 990 <= data[0]["value"] <= 1010  # ms
+
+
+def test_mime_stream_depth_receiver_closes_its_window():
+    """suricata-verify/mime/mime-stream-depth/input.pcap: an SMTP upload 10.9.18.101:49277 ->
+    207.246.115.231:2525 (ACKs return in 0.13-1 ms, frames 5-12; the 110 ms SYN/ACK is the server's
+    own slowness). tshark: the server advertises window 0 15 times between 0.985 s and 1.571 s
+    (tcp.analysis.zero_window frames 289, 292, 295, ... 611); the longest closures reopen 80-98 ms later
+    (frame 289 at 0.985 s -> window update frame 290 at 1.066 s; 295 -> 296, 95 ms; 309 -> 310, 98 ms;
+    332 -> 333; 380 -> 381; 611 -> 612, 83 ms), and the client sends the next 1460 bytes at once (frames
+    291, 297, 298): the sender was blocked by a receiver that read in ~100 ms steps, about 0.5 s of a
+    3.2 s connection, hundreds of RTTs: medium."""
+    rel = "suricata-verify/mime/mime-stream-depth/input.pcap"
+    row = _pinned(rel, "tcp_stall", "zero_window", "medium")[0]
+    assert row["resource"] == "207.246.115.231:2525-10.9.18.101:49277"
+    assert {289, 290, 295, 296} <= _frames(row)
+    assert 400 <= row["value"] <= 700  # ms blocked in all
+
+
+def test_mapi_nagle_meets_delayed_ack():
+    """zeek/dce-rpc/mapi.pcap: DCE-RPC client 192.168.0.105:46348 -> 192.168.0.167:1076, ACKs
+    returning in 0.12-0.25 ms (frames 70-71). tshark: four times the client sends a 24-27 byte segment
+    (frames 72, 239, 329, 503), the server's pure ACK of it comes 196, 164, 174 and 125 ms later (frames
+    103, 260, 366, 560: tcp.analysis.ack_rtt), and within 0.13-0.25 ms of each ACK the client sends the
+    rest of the request (frames 104, 261, 367, 561: 241, 211, 155, 144 bytes). Write-write-read: Nagle
+    holds the second write until the ~200 ms delayed ACK, 655 ms of a 1.5 s connection, hundreds of
+    RTTs: medium."""
+    row = _pinned("zeek/dce-rpc/mapi.pcap", "tcp_stall", "delayed_ack", "medium")[0]
+    assert row["resource"] == "192.168.0.167:1076-192.168.0.105:46348"
+    assert {72, 103, 104, 560, 561} <= _frames(row)
+
+
+def test_206_example_b_peer_stops_answering():
+    """zeek/http/206_example_b.pcap: an HTTP download 192.168.72.14:3254 <- 65.54.95.206:80 (72 ms
+    RTT). tshark: the client's last segment is frame 1225 at 1.409 s (duplicate ACK #64 of seq 899890,
+    SACK 935155-965425); after it the server resends seq 899890 (and 901290) on its timer 12 times,
+    frames 1278-1301 at 1.71, 2.07, 2.59, 3.42, 4.88, 6.04, 8.16, 12.2, 20.1, 35.6, 51.2 and 66.8 s,
+    with no answer, and gives up with a RST (frame 1302, 82.3 s). The stall is real (the transfer never
+    completed and the server spent 80 s in backoff), and the explanation must say the peer never
+    answered, not that the timer recovered the loss."""
+    rows = _pinned("zeek/http/206_example_b.pcap", "tcp_stall", "rto", "medium")
+    row = [r for r in rows if r["resource"] == "65.54.95.206:80-192.168.72.14:3254"][0]
+    assert {1278, 1300} <= _frames(row)
+    assert "never answered" in row["explanation"] and "recovered only by the timer" not in row["explanation"]
+
+
+def test_reassembly_backoff_outage():
+    """zeek/tcp/reassembly.pcap, 63.193.213.194:2564 -> 128.3.97.175:80 (30.5 ms handshake RTT): tshark
+    shows the client silent from 0.97 s to 2.58 s, then resending data first sent at 0.45 s (frames
+    35-52, tcp.analysis.rto 2.1-2.4 s), silent again from 3.63 s to 7.64 s and resending data of 0.81 s
+    (frames 64-77, rto 4.7-7.2 s): the retransmission timer backing off, 11.6 s of a 14 s connection.
+    380 RTTs lost: medium (an outage on a WAN path, not a fabric's timer; also pinned in
+    test_detector_tcp_stall.py)."""
+    row = _pinned("zeek/tcp/reassembly.pcap", "tcp_stall", "rto", "medium")[0]
+    assert row["resource"] == "128.3.97.175:80-63.193.213.194:2564"
+    # the server answered the retransmissions (e.g. frame 65 after 64): recovered, not a lost peer
+    assert "backed off its timer" in row["explanation"] and "never answered" not in row["explanation"]
+
+
+def test_resp_benchmark_is_connection_per_request():
+    """tcpdump/resp_1_benchmark.pcap: redis-benchmark on loopback. tshark (-z conv,tcp): 15 connections
+    127.0.0.1:35901-35915 -> 6379, opened one after the other every ~0.45 ms (frames 1, 11, 21, ...
+    141), each carrying one RESP request and its reply (frames 4 and 6: PING/PONG) and closed by the
+    client first (frame 8 FIN): a new connection per request, the churn pattern, TRUE.
+    OVERSTATED (reported, conn_churn is being reworked): the finding is critical because 15 connections
+    in 5.9 ms are extrapolated to 2,362/s and "28,232 of 28,232 ephemeral ports in TIME_WAIT"; the
+    capture holds 15 connections, so at most 15 ports are in TIME_WAIT. Pinned here at the floor that
+    is true (low), not at its severity."""
+    row = _pinned("tcpdump/resp_1_benchmark.pcap", "conn_churn", "churn", "low")[0]
+    assert row["server"] == "127.0.0.1" and row["resource"] == "127.0.0.1:6379"
+    assert {1, 11, 141} <= _frames(row)
+
+
+def test_tls_subjectaltname_syns_answered_by_stale_acks():
+    """suricata-verify/tls/tls-subjectaltname/input.pcap (in tests/data/review: herdscope and tshark
+    disagree on the retransmission flag of frames 160, 259, 264, 269, see its README): one Windows
+    client 192.168.100.206 browsing over an ~18 ms path (SYN -> SYN/ACK 18.1 ms, frames 20-21). tshark: 12 connections' first SYN is
+    answered by a bare ACK of an unrelated sequence (frame 10 SYN seq 561364818 -> frame 12 ACK
+    3058576675, the client's RST frame 14; same for frames 11/13/15), the client waits out its SYN timer
+    and resends (frame 20 at 5.031 s: 3.06 s later, answered by a SYN/ACK in 18 ms; port 59622: frame
+    11 -> frame 140, 13.1 s). The SYN/ACK-less answers come from TTL 63 for six unrelated servers: a
+    middlebox one hop from the client holding stale state. Each stall is real and ~170 RTTs (medium
+    per connection, pinned here). OVERSTATED (reported, the population step is being reworked): the
+    population over these 12 connections of ONE client across 6 services comes out high (affected share
+    50 %), above every member but one; and the D-SACK population (7 spurious retransmissions, each a
+    server RTO of ~220 ms racing the client's ~210 ms delayed ACK, e.g. frames 2394-2396, costing
+    nothing) comes out medium from members that are all low."""
+    rel = "suricata-verify/tls/tls-subjectaltname/input.pcap"
+    rows = _pinned(rel, "tcp_stall", "rto", "medium", top=False)
+    syn = [r for r in rows if r["resource"] == "138.201.208.22:443-192.168.100.206:59621"]
+    assert syn and {10, 12, 20} <= _frames(syn[0])
+    assert "bare ACK" in syn[0]["explanation"]
+    assert _pinned(rel, "tcp_stall", "spurious_retransmission", "low", top=False)
+
+
+PINNED = {
+    ECHO, "suricata-verify/mime/mime-stream-depth/input.pcap",
+    "zeek/dce-rpc/mapi.pcap", "zeek/http/206_example_b.pcap", "zeek/tcp/reassembly.pcap",
+    "tcpdump/resp_1_benchmark.pcap",
+}
+IN_REVIEW = {"suricata-verify/tls/tls-subjectaltname/input.pcap", "suricata-verify/bug-4376/syn_retransmit_with_ts.pcap"}
+
+
+def test_every_pin_is_a_corpus_capture():
+    files = {r["file"] for r in corpus_files()}
+    assert PINNED <= files, PINNED - files
+    assert all((REVIEW / rel).is_file() and rel not in files for rel in IN_REVIEW)
+
+
+# -- everything else is ordinary traffic ---------------------------------------------------------------
+
+UNPINNED = sorted(r["file"] for r in corpus_files() if r["file"] not in PINNED)
+
+
+@pytest.mark.parametrize("rel", UNPINNED)
+def test_unpinned_corpus_capture_has_nothing_medium_or_worse(rel):
+    """Ordinary captures of healthy traffic give nothing at medium or above (population members
+    included): a new finding here is either a false positive to fix or a true one to pin above."""
+    loud = at_least(_findings(rel), "medium")
+    assert loud.height == 0, loud.select("detector", "kind", "severity", "resource", "explanation").to_dicts()
+
