@@ -16,6 +16,7 @@ import errno
 import json
 import os
 import sys
+import tomllib
 import traceback
 
 import click
@@ -23,14 +24,15 @@ import click
 from . import __version__
 from .errors import HerdscopeError, UnreadableCapture
 
-def exit_codes_help(*, findings: bool = False, writes: bool = False, reads: bool = True) -> str:
-    """The exit codes a command can return, for its --help (only those)."""
+def exit_codes_help(*, findings: bool = False, writes: bool = False, reads: bool = True,
+                    usage: str = "") -> str:
+    """The exit codes a command can return, for its --help (only those); ``usage`` adds a case of 2."""
     lines = ["\b", "Exit codes:",
              "  0  success" + (" (no finding reached --fail-on)" if findings else "")]
     if findings:
         lines.append("  1  findings at or above --fail-on")
-    lines.append("  2  usage error (bad option, missing argument" + (", an output that cannot be written)"
-                                                                    if writes else ")"))
+    lines.append("  2  usage error (bad option, missing argument" + (", an output that cannot be written"
+                                                                    if writes else "") + usage + ")")
     if reads:
         lines.append("  3  unreadable input (missing, a directory, not a pcap/pcapng, no packet readable)")
     lines += ["  4  internal error (a bug: please report it with the traceback)",
@@ -39,6 +41,10 @@ def exit_codes_help(*, findings: bool = False, writes: bool = False, reads: bool
 
 
 EXIT_CODES_HELP = exit_codes_help(findings=True, writes=True)  # all of them (the command group)
+
+# A capture argument: "-" is standard input; whether it exists or can be read is left to the reader,
+# which says so in one line with exit 3 (click's own check would make an unreadable file a usage error).
+CAPTURE_PATH = click.Path(allow_dash=True, readable=False)
 
 
 def _open(paths: list[str]):
@@ -164,7 +170,7 @@ def cli() -> None:
 
 @cli.command(help=f"Summarise captures like capinfos: format, link types, packets, times, "
                   f"protocols, damage.\n\n{exit_codes_help()}")
-@click.argument("files", nargs=-1, required=True, type=click.Path(allow_dash=True))
+@click.argument("files", nargs=-1, required=True, type=CAPTURE_PATH)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="json: one object per file, one per line (the README lists its keys)")
 def info(files: tuple[str, ...], fmt: str) -> int:
@@ -184,7 +190,7 @@ def info(files: tuple[str, ...], fmt: str) -> int:
 @cli.command(help=f"Write the frames of a capture as Parquet files, one per frame, plus "
                   f"schema.json (a description of every column) and read_report.json.\n\n"
                   f"{exit_codes_help(writes=True)}")
-@click.argument("file", type=click.Path(allow_dash=True))
+@click.argument("file", type=CAPTURE_PATH)
 @click.option("--out", "out_dir", required=True, type=click.Path(),
               help="directory to write into (created if missing)")
 @click.option("--frames", default="all", show_default=True,
@@ -194,10 +200,12 @@ def info(files: tuple[str, ...], fmt: str) -> int:
 def export(file: str, out_dir: str, frames: str, compression: str) -> int:
     from .export import export_frames
 
+    wanted = None if frames.strip() == "all" else [f.strip() for f in frames.split(",") if f.strip()]
+    if wanted is not None and not wanted:  # `--frames ''` is a mistake, not "all"
+        raise click.UsageError("--frames: no frame named (a comma-separated list, or 'all')")
     _check_output_dir("--out", out_dir)
     try:
         with _open([file]) as cap, _writing("--out", out_dir):
-            wanted = None if frames == "all" else [f.strip() for f in frames.split(",") if f.strip()]
             written = export_frames(cap, out_dir, wanted, compression)
     except UnreadableCapture as exc:
         _fail(str(exc))
@@ -205,8 +213,9 @@ def export(file: str, out_dir: str, frames: str, compression: str) -> int:
     except KeyError as exc:
         _fail(str(exc.args[0]))
         return ExitCode.USAGE
+    width = max((len(name) for name, _, _ in written), default=0)
     for name, path, rows in written:
-        click.echo(f"{name:<16} {rows:>10,} rows  {path}", err=True)
+        click.echo(f"{name:<{width}} {rows:>10,} rows  {path}", err=True)
     return ExitCode.OK
 
 
@@ -261,11 +270,11 @@ def parse_selection(start, end, hosts, ports):
 
 
 @cli.command(cls=_StatsCommand, help=STATS_HELP)
-@click.argument("files", nargs=-1, required=True, type=click.Path(allow_dash=True))
+@click.argument("files", nargs=-1, required=True, type=CAPTURE_PATH)
 @click.option("--by", type=click.Choice(["server", "client"]), default=None,
               help="also one row per server (or per client) address")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True,
-              help="json: one object per file and line, {file, by, stats: [row...]}, each row with the keys "
+              help="json: one object per file and line, {file, by, selection, stats: [row...]}, each row with the keys "
                    "protocol, operation, leg, server, client (null unless --by), count, answered, unanswered, "
                    "errors, min, p50, p90, p99, max, mean (latencies in ns); csv: the same columns after a "
                    "file column, one header line")
@@ -325,6 +334,8 @@ def scan_config(config_path, sets, detector_list, fail_on):
     try:
         cfg = load_config(config_path, sets, detector_list, fail_on)
         configure(cfg.detectors, cfg.overrides)
+    except tomllib.TOMLDecodeError as exc:  # the parser's message does not say which file
+        raise click.UsageError(f"--config {config_path}: not valid TOML: {exc}") from exc
     except (ValueError, OSError) as exc:
         raise click.UsageError(str(exc)) from exc
     if cfg.fail_on not in SEVERITY_CHOICES:
@@ -337,7 +348,7 @@ def scan_config(config_path, sets, detector_list, fail_on):
                   f"of their first packets; evidence names each file with that file's own frame numbers), or "
                   f"each on its own with --separate. The JSON/NDJSON schema is in "
                   f"the README.\n\n{exit_codes_help(findings=True, writes=True)}")
-@click.argument("files", nargs=-1, required=True, type=click.Path(allow_dash=True))
+@click.argument("files", nargs=-1, required=True, type=CAPTURE_PATH)
 @detector_options
 @selection_options
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "ndjson", "parquet", "junit"]),
@@ -429,10 +440,9 @@ def _write_scan(results, frames, fmt, fail_on, output, quiet) -> None:
                   "evidence frame when tshark is installed, and, for a population finding, its members. "
                   "FINDING_ID is the id scan printed (or a unique prefix of it, at least 4 hex digits); "
                   "give the same files and detector options as to scan (ids depend on both).\n\n"
-                  "Exit codes: 0 found, 2 usage error (including an id that is not a finding of these "
-                  "files with these options), 3 unreadable input.")
+                  + exit_codes_help(usage=", an id that is no finding of these files with these options"))
 @click.argument("finding_id")
-@click.argument("files", nargs=-1, required=True, type=click.Path())
+@click.argument("files", nargs=-1, required=True, type=CAPTURE_PATH)
 @detector_options
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="json: the FINDING object of scan's JSON, with every evidence frame and, when tshark "
@@ -462,7 +472,7 @@ def show(finding_id, files, detector_list, config_path, sets, fmt, use_tshark) -
 @cli.command("detectors", help="List every detector: what it finds, its finding kinds, the frames it needs "
                                "from the capture, and every parameter with its default, unit, range and "
                                "meaning (what --set and the [DETECTOR] tables of --config accept).\n\n"
-                               "Exit codes: 0 success, 2 usage error.")
+                               + exit_codes_help(reads=False, usage=", an unknown detector"))
 @click.argument("names", nargs=-1)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="json: one document {detectors: [{name, summary, kinds, requires, parameters}]}")

@@ -121,7 +121,9 @@ def print_summary(s: dict, out: Console | None = None) -> None:
         t.add_row("Skipped records:", "none")
     if s["damage"]:
         d = s["damage"]
-        where = f" at byte {d['offset']:,}; {d['bytes_not_read']:,} bytes not read" if d["offset"] is not None else ""
+        lost = d["bytes_not_read"]
+        where = (f" at byte {d['offset']:,}; {lost:,} byte{'' if lost == 1 else 's'} not read"
+                 if d["offset"] is not None else "")
         t.add_row("Damage:", f"[red]{d['reason']}[/red]{where}")
     tcp = s.get("tcp")
     if tcp and tcp["connections"]:

@@ -149,6 +149,8 @@ def wireshark_command(path: str, frames: list[int]) -> str:
     """The command line that opens these frames in Wireshark, quoted for a POSIX shell."""
     import shlex
 
+    if str(path) in ("-", "<stdin>"):  # the bytes came down a pipe: name a file to save them to
+        path = "SAVED-CAPTURE.pcap"
     return f"wireshark -r {shlex.quote(str(path))} -Y {shlex.quote(wireshark_filter(frames))}"
 
 
@@ -234,8 +236,8 @@ def render_table(results: list[tuple[dict, list[dict]]], fail_on: str, console=N
         files = ", ".join(summary["files"])
         counts = ", ".join(f"{n} {s}" for s, n in summary["findings"].items() if n) or "no findings"
         console.print(f"[bold]{esc(files)}[/bold]: {counts}")
-        console.print(f"  {summary['packets']:,} packets over {summary['duration_s']:.3f} s "
-                      f"({summary['first_time']} .. {summary['last_time']})")
+        span = (f" ({summary['first_time']} .. {summary['last_time']})" if summary["first_time"] else "")
+        console.print(f"  {summary['packets']:,} packets over {summary['duration_s']:.3f} s{span}")
         console.print(f"  time resolution {summary['ts_resolution_ns']:g} ns; "
                       f"detectors: {', '.join(summary['detectors'])}")
         sel = summary.get("selection")

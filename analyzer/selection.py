@@ -9,10 +9,14 @@ packets. IP fragments after the first carry no ports: a port selection keeps onl
 from __future__ import annotations
 
 import ipaddress
+import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import polars as pl
+
+
+INT64_MAX, INT64_MIN = 2**63 - 1, -(2**63)  # the range of the ts_ns column (not a tunable threshold)
 
 
 class SelectionError(ValueError):
@@ -27,9 +31,15 @@ class TimeSpec:
     offset_ns: int | None = None
 
     def resolve(self, first_ns: int | None) -> int | None:
+        """ns since the Unix epoch, held to what an Int64 timestamp column can compare with (a time
+        beyond year 2262 or before 1677 selects as the end or the start of all time)."""
         if self.absolute_ns is not None:
-            return self.absolute_ns
-        return None if first_ns is None else first_ns + self.offset_ns
+            when = self.absolute_ns
+        elif first_ns is None:
+            return None
+        else:
+            when = first_ns + self.offset_ns
+        return max(INT64_MIN, min(INT64_MAX, when))
 
 
 def parse_time(text: str, what: str) -> TimeSpec:
@@ -41,9 +51,11 @@ def parse_time(text: str, what: str) -> TimeSpec:
     except ValueError:
         pass
     else:
-        if seconds < 0 or seconds != seconds:
+        if not math.isfinite(seconds):  # nan, inf, 1e400: no point in time
+            raise SelectionError(f"{what} {text!r}: expected a finite number of seconds after the first packet")
+        if seconds < 0:
             raise SelectionError(f"{what} {text!r}: seconds after the first packet cannot be negative")
-        return TimeSpec(offset_ns=round(seconds * 1e9))
+        return TimeSpec(offset_ns=min(INT64_MAX, round(min(seconds * 1e9, float(INT64_MAX)))))
     try:
         when = datetime.fromisoformat(raw.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
@@ -82,9 +94,21 @@ class Selection:
         """None when nothing is selected (the common case costs nothing)."""
         if start is None and end is None and not hosts and not ports:
             return None
-        return cls(parse_time(start, "--start") if start is not None else None,
-                   parse_time(end, "--end") if end is not None else None,
-                   tuple(parse_host(h) for h in hosts), tuple(parse_port(p) for p in ports))
+        selection = cls(parse_time(start, "--start") if start is not None else None,
+                        parse_time(end, "--end") if end is not None else None,
+                        tuple(parse_host(h) for h in hosts), tuple(parse_port(p) for p in ports))
+        selection.check_order(start, end)
+        return selection
+
+    def check_order(self, start_text: str | None, end_text: str | None) -> None:
+        """An --end before --start selects nothing: a mistake, said before any capture is read (when
+        both are of one kind; an offset against an absolute time is known only once the first packet is)."""
+        if self.start is None or self.end is None:
+            return
+        for kind in ("absolute_ns", "offset_ns"):
+            a, b = getattr(self.start, kind), getattr(self.end, kind)
+            if a is not None and b is not None and b < a:
+                raise SelectionError(f"--end {end_text!r} is before --start {start_text!r}: nothing would be selected")
 
     def predicate(self, packets: pl.DataFrame) -> pl.Expr:
         first = packets["ts_ns"].min() if packets.height else None

@@ -7,6 +7,7 @@ a population finding's members.
 """
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -61,6 +62,10 @@ def tshark_summaries(record: dict) -> list[dict] | None:
 
     out = []
     for e in record["evidence"]:
+        if not os.path.isfile(e["file"]):  # "-", a FIFO, <(...): its bytes are gone, tshark cannot re-read them
+            out.append({"file": e["file"], "lines": [], "note": "read from a pipe, which tshark cannot read again: "
+                                                             "save the capture to a file for tshark's summaries"})
+            continue
         frames = e["frames"][:TSHARK_MAX_FRAMES]
         note = None
         if len(e["frames"]) > len(frames):

@@ -220,7 +220,8 @@ def csv_text(stats: pl.DataFrame, file: str, header: bool) -> str:
 def no_transactions_message(path: str, cap) -> str:
     packets = cap.packets.height if getattr(cap, "packets", None) is not None else 0
     names = ", ".join(PROTOCOL_NAMES[p] for p in PROTOCOLS[:-1]) + f" or {PROTOCOL_NAMES[PROTOCOLS[-1]]}"
-    return f"{path}: no {names} requests in its {packets:,} packets: no response times to report"
+    return (f"{path}: no {names} requests in its {packets:,} packet{'' if packets == 1 else 's'}: "
+            f"no response times to report")
 
 
 # -- what counts as an error, and as unanswered -------------------------------------------------------

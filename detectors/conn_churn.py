@@ -20,7 +20,8 @@ Client identity
 What is measured, per (client address, server address, server port) and episode (a run of that
 client's connections to that service whose SYNs are at most ``episode_gap_ns`` apart: a pool with
 that idle timeout would have kept one connection), over connections whose SYN is in the capture
-    - connections and their rate: (n - 1) / (last SYN - first SYN);
+    - connections and their rate: (n - 1) / max(last SYN - first SYN, ``rate_min_span_ns``): a burst
+      shorter than that (15 connections in 6 ms) is not extrapolated to thousands a second;
     - requests per connection: with a decoder for the port, its transactions (``ldap_transactions``:
       operations other than bind, unbind and abandon; ``smb2_transactions``: CREATEs, or commands other
       than NEGOTIATE / SESSION_SETUP / TREE_CONNECT / TREE_DISCONNECT / LOGOFF / ECHO when there is no
@@ -30,8 +31,8 @@ that idle timeout would have kept one connection), over connections whose SYN is
       or negotiate where the protocol is known), work (first useful request to last useful response)
       and teardown (to the last packet); the medians are reported;
     - who closes first (Zeek history: ``F`` before ``f``): that side holds TIME_WAIT. When it is the
-      client, the ports held in TIME_WAIT at this rate are rate x ``time_wait_ns``, compared with
-      ``ephemeral_ports``;
+      client, the ports held in TIME_WAIT at this rate are rate x ``time_wait_ns``, never more than
+      the connections seen, compared with ``ephemeral_ports``;
     - 4-tuples reused with a new ISN (``reused_ports``) and how soon (within ``time_wait_ns`` means the
       ports cycle faster than TIME_WAIT).
     Churn is reported when a client opened at least ``min_connections`` connections at
@@ -42,11 +43,19 @@ that idle timeout would have kept one connection), over connections whose SYN is
     Per service (kind ``syn_backlog``): connection attempts that got no SYN/ACK (Zeek S0 with a
     retransmitted SYN, or REJ / RSTOS0) within ``backlog_window_ns`` of a handshake to the same service
     that succeeded, and handshakes that succeeded only after a retransmitted SYN (SYN to SYN/ACK
-    >= ``syn_retry_ns``): the listen backlog overflowing under load.
+    >= ``syn_retry_ns``): the listen backlog overflowing under load. A full accept queue holds at least
+    its backlog of established connections, so the service must have had at least
+    ``backlog_min_open`` established connections open at those SYNs (median): SYNs lost at random on a
+    lightly loaded service (a few connections open at a time) are the path's loss (tcp_stall), not a
+    backlog. Its finding explains tcp_stall's ``rto`` / ``synack_retransmission`` findings at the
+    service in its window (``EXPLAINS``): they become its members (detectors/population.py).
 
 Severity rule
     churn: low once the gates above pass; medium at ``medium_rate_per_s`` (10/s) new connections a
-    second; high at ``high_rate_per_s`` (100/s), or when the client's TIME_WAIT ports at this rate would
+    second; high at ``high_rate_per_s`` (100/s) — these two rate steps only for an episode lasting at
+    least ``rate_min_span_ns`` (1 s): an isolated burst (an exploit's 21 connections in 14 ms, a
+    benchmark's 15 in 6 ms) is still churn but has no sustained rate, so it stays low unless what it
+    holds says otherwise —, or when the client's TIME_WAIT ports at this rate would
     reach ``high_time_wait_share`` (25 %) of the ephemeral range, or 4-tuples are reused within
     TIME_WAIT; critical when TIME_WAIT would hold ``critical_time_wait_share`` (75 %) of the range.
     Capped at low for services whose protocol opens a connection per request by design
@@ -70,6 +79,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 
 from .base import empty_findings, findings, fmt_ns, resolution_ns
@@ -81,6 +91,10 @@ KINDS = ("churn", "syn_backlog")
 # new-connection rate against this detector's own rate steps (detectors/population.py)
 POPULATION = {"kinds": ("churn",), "service": "resource", "member": "client", "aggregate": "rate",
               "steps": ("medium_rate_per_s", "high_rate_per_s")}
+# an overflowing listen backlog explains the SYN timeouts its clients waited out at that service in its
+# window: tcp_stall's findings for them become members of the syn_backlog finding (detectors/population.py)
+EXPLAINS = {"syn_backlog": {"service": "resource", "detector": "tcp_stall",
+                            "kinds": ("rto", "synack_retransmission"), "member_service": "resource_head"}}
 REQUIRES = ("connections", "tcp_segments")  # plus ldap_transactions / smb2_transactions when installed
 
 SMB2_SETUP = ["NEGOTIATE", "SESSION_SETUP", "TREE_CONNECT", "TREE_DISCONNECT", "LOGOFF", "ECHO", "CANCEL"]
@@ -100,6 +114,10 @@ class Params:
                                   unit="1/s", gate=LOWER, lo=0.0)
     episode_gap_ns: int = param(10_000_000_000, "SYNs further apart than this start a new episode", unit="ns",
                                 lo=1)
+    rate_min_span_ns: int = param(1_000_000_000, "rates are measured over at least this long (a shorter burst is "
+                                                 "not extrapolated: (n - 1) / max(span, this)), and the rate "
+                                                 "severity steps need an episode at least this long",
+                                  unit="ns", gate=LOWER, lo=1)
     max_requests_per_connection: float = param(2.0, "median decoded requests per connection at most this",
                                                unit="requests", gate=UPPER, lo=0.0)
     max_turns_per_connection: float = param(4.0, "without a decoder: median TCP request turns (they include "
@@ -126,6 +144,11 @@ class Params:
     medium_failed_share: float = param(0.05, "severity: failed share of attempts for medium", unit="share",
                                        gate=LOWER, lo=0.0, hi=1.0)
     high_failed_share: float = param(0.20, "... for high", unit="share", gate=LOWER, lo=0.0, hi=1.0)
+    backlog_min_open: int = param(5, "syn_backlog: established connections to the service still open when a "
+                                     "SYN went unanswered (median over those SYNs) before a full listen queue "
+                                     "can explain it (a full accept queue holds at least its backlog; 5 is "
+                                     "the smallest in common use, Python socketserver's)", unit="connections",
+                                  gate=LOWER, lo=0)
 
 
 def _frame(capture, name: str) -> pl.DataFrame | None:
@@ -213,8 +236,8 @@ def _churn(capture, conns: pl.DataFrame, p: Params) -> pl.DataFrame:
     g = c.group_by(key).agg(
         pl.len().alias("n"), pl.col("syn_ts_ns").min().alias("first_syn"), pl.col("syn_ts_ns").max().alias("last_syn"))
     g = g.with_columns(((pl.col("last_syn") - pl.col("first_syn")) / 1e9).alias("span_s"))
-    g = g.with_columns(pl.when(pl.col("span_s") > 0).then((pl.col("n") - 1) / pl.col("span_s"))
-                       .otherwise(None).alias("rate"))
+    g = g.with_columns(((pl.col("n") - 1) / pl.max_horizontal("span_s", pl.lit(p.rate_min_span_ns / 1e9)))
+                       .alias("rate"), (pl.col("span_s") * 1e9 >= p.rate_min_span_ns).alias("sustained"))
     one_shot = pl.col("server_port").is_in(sorted(p.one_shot_ports))
     cand = g.filter((pl.col("n") >= p.min_connections) & (pl.col("rate") >= p.min_rate_per_s)
                     & (~one_shot | (pl.col("rate") >= p.medium_rate_per_s)))
@@ -257,7 +280,7 @@ def _churn(capture, conns: pl.DataFrame, p: Params) -> pl.DataFrame:
         pl.col("client_port").n_unique().alias("ports"),
         pl.col("both").mean().alias("both_share"),
         pl.col("first_frame").sort().alias("evidence_frames"),
-    ).join(cand.select(*key, "rate", "span_s"), on=key)
+    ).join(cand.select(*key, "rate", "span_s", "sustained"), on=key)
     limit = pl.when(pl.col("counted_by") == "tcp").then(pl.lit(p.max_turns_per_connection)) \
         .otherwise(pl.lit(p.max_requests_per_connection))
     agg = agg.filter(pl.col("req_median").is_null() | (pl.col("req_median") <= limit))
@@ -270,16 +293,19 @@ def _churn(capture, conns: pl.DataFrame, p: Params) -> pl.DataFrame:
         pl.len().alias("svc_n"), pl.col("_who").n_unique().alias("svc_clients"),
         ((pl.col("_b").first() - pl.col("_a").first()) / 1e9).alias("_span")).rename({"_for": "client"})
     agg = agg.join(svc_load, on=key, how="left").with_columns(
-        pl.when(pl.col("_span") > 0).then((pl.col("svc_n") - 1) / pl.col("_span")).alias("svc_rate")).drop("_span")
+        ((pl.col("svc_n") - 1) / pl.max_horizontal("_span", pl.lit(p.rate_min_span_ns / 1e9))).alias("svc_rate")
+    ).drop("_span")
     return agg
 
 
 def _churn_severity(p: Params) -> pl.Expr:
     rate, tw = pl.col("rate"), pl.col("tw_share")
     reuse_fast = (pl.col("min_reuse_gap") < p.time_wait_ns).fill_null(False)
+    sustained = pl.col("sustained")  # an isolated burst shorter than rate_min_span has no rate to step on
     base = (pl.when(tw >= p.critical_time_wait_share).then(pl.lit("critical"))
-            .when((rate >= p.high_rate_per_s) | (tw >= p.high_time_wait_share) | reuse_fast).then(pl.lit("high"))
-            .when(rate >= p.medium_rate_per_s).then(pl.lit("medium"))
+            .when((sustained & (rate >= p.high_rate_per_s)) | (tw >= p.high_time_wait_share) | reuse_fast)
+            .then(pl.lit("high"))
+            .when(sustained & (rate >= p.medium_rate_per_s)).then(pl.lit("medium"))
             .otherwise(pl.lit("low")))
     one_shot = pl.col("server_port").is_in(sorted(p.one_shot_ports))
     return (pl.when(pl.col("both_share") < 0.5).then(pl.lit("informational"))
@@ -288,10 +314,13 @@ def _churn_severity(p: Params) -> pl.Expr:
 
 
 def _churn_findings(agg: pl.DataFrame, p: Params, res: float) -> pl.DataFrame:
+    # ports in TIME_WAIT at once: the rate over one TIME_WAIT, but never more than the connections seen
     agg = agg.with_columns(
-        pl.when(pl.col("client_close_share") >= 0.5)
-        .then(pl.min_horizontal(pl.col("rate") * (p.time_wait_ns / 1e9), pl.lit(float(p.ephemeral_ports)))
-              / p.ephemeral_ports).otherwise(0.0).alias("tw_share"))
+        pl.min_horizontal(pl.col("rate") * (p.time_wait_ns / 1e9), pl.col("n").cast(pl.Float64),
+                          pl.lit(float(p.ephemeral_ports))).alias("tw_ports"))
+    agg = agg.with_columns(
+        pl.when(pl.col("client_close_share") >= 0.5).then(pl.col("tw_ports") / p.ephemeral_ports)
+        .otherwise(0.0).alias("tw_share"))
     agg = agg.with_columns(_churn_severity(p).alias("severity"))
     texts = []
     one_shot = set(sorted(p.one_shot_ports))
@@ -306,17 +335,20 @@ def _churn_findings(agg: pl.DataFrame, p: Params, res: float) -> pl.DataFrame:
         else:
             plural = "" if req == 1 else ("es" if op.endswith("h") else "s")
             each = f"each carrying {req:.0f} {op}{plural} (median, counted as {counted})"
+        rate = (f"{r['rate']:.1f}/s" if r["sustained"] else
+                f"an isolated burst: {r['rate']:.1f}/s over the {fmt_ns(p.rate_min_span_ns)} a rate is measured "
+                f"over, so no rate step applies")
         t = (f"{r['n']} connections from {r['client']} to {_endpoint(r['server'], r['server_port'])} in {span} "
-             f"({r['rate']:.1f}/s), {each}")
+             f"({rate}), {each}")
         if r["setup_share"] is not None:
             t += (f": {r['setup_share']:.0%} of each connection's life is handshake"
                   + (f" and {setup_word}" if r["counted_by"] in ("ldap", "smb2") else ""))
             if r["teardown_share"] is not None:
                 t += f", {r['teardown_share']:.0%} teardown"
         if (r["client_close_share"] or 0) >= 0.5:
-            t += (f"; the client closes first, so at this rate about "
-                  f"{min(r['rate'] * p.time_wait_ns / 1e9, p.ephemeral_ports):,.0f} of its {p.ephemeral_ports:,} "
-                  f"ephemeral ports sit in TIME_WAIT ({r['tw_share']:.0%})")
+            t += (f"; the client closes first, so at this rate about {r['tw_ports']:,.0f} of its "
+                  f"{p.ephemeral_ports:,} ephemeral ports sit in TIME_WAIT ({r['tw_share']:.0%}"
+                  + (", at most the connections seen" if r["tw_ports"] >= r["n"] else "") + ")")
         elif (r["server_close_share"] or 0) >= 0.5:
             t += "; the server closes first, so TIME_WAIT piles up on the server"
         if r["reused"]:
@@ -347,6 +379,23 @@ def _churn_findings(agg: pl.DataFrame, p: Params, res: float) -> pl.DataFrame:
     ).with_columns(pl.Series("explanation", texts, dtype=pl.String))
 
 
+def _open_at(c: pl.DataFrame, near: pl.DataFrame, key: list[str]) -> pl.DataFrame:
+    """``near`` (failed attempts) with ``open_at``: the service's established connections (SYN/ACK
+    seen) whose handshake was done and that had not ended when the attempt's SYN was sent."""
+    est = c.filter(pl.col("saw_synack") & pl.col("synack_ts_ns").is_not_null()).select(
+        *key, pl.col("synack_ts_ns"), pl.col("last_ts_ns"))
+    est = est.with_columns(pl.struct(key).rank("dense").alias("_svc"))
+    svc = est.select(*key, "_svc").unique()
+    near = near.join(svc, on=key, how="left", maintain_order="left")
+    out = np.zeros(near.height, np.int64)
+    ts, sv = near["syn_ts_ns"].to_numpy(), near["_svc"].fill_null(0).to_numpy()
+    for s_id, g in est.group_by("_svc"):
+        starts, ends = np.sort(g["synack_ts_ns"].to_numpy()), np.sort(g["last_ts_ns"].to_numpy())
+        rows = np.nonzero(sv == s_id[0])[0]
+        out[rows] = np.searchsorted(starts, ts[rows], side="right") - np.searchsorted(ends, ts[rows], side="left")
+    return near.with_columns(pl.Series("open_at", out)).drop("_svc")
+
+
 def _backlog(conns: pl.DataFrame, p: Params, res: float) -> pl.DataFrame:
     c = conns.filter(pl.col("saw_syn")).with_columns(pl.col("server").cast(pl.String),
                                                      pl.col("client").cast(pl.String))
@@ -367,12 +416,14 @@ def _backlog(conns: pl.DataFrame, p: Params, res: float) -> pl.DataFrame:
     near = near.filter((pl.col("ok_ts") - pl.col("syn_ts_ns")).abs() <= p.backlog_window_ns)
     if near.height == 0:
         return pl.DataFrame()
+    near = _open_at(c, near, key)
     g = near.group_by(key).agg(
         pl.len().alias("affected"), pl.col("failed").sum().alias("n_failed"),
         pl.col("retried").sum().alias("n_retried"),
         pl.col("syn_ts_ns").min().alias("start_ns"), pl.col("syn_ts_ns").max().alias("end_ns"),
         pl.col("client").n_unique().alias("clients"), pl.col("first_frame").sort().alias("evidence_frames"),
-    ).filter(pl.col("affected") >= p.min_failed_syns)
+        pl.col("open_at").median().alias("open_median"),
+    ).filter((pl.col("affected") >= p.min_failed_syns) & (pl.col("open_median") >= p.backlog_min_open))
     if g.height == 0:
         return pl.DataFrame()
     attempts = c.join(g.select(*key, "start_ns", "end_ns"), on=key).filter(
@@ -391,7 +442,8 @@ def _backlog(conns: pl.DataFrame, p: Params, res: float) -> pl.DataFrame:
             f"{r['affected']} of {r['attempts']} connection attempts to {_endpoint(r['server'], r['server_port'])} "
             f"from {r['clients']} client{'s' if r['clients'] != 1 else ''} within {span} got no SYN/ACK "
             f"({r['n_failed']} never answered or reset, {r['n_retried']} answered only after a SYN retry) while "
-            f"other handshakes to it succeeded: the listen backlog is overflowing under a burst of new "
+            f"other handshakes to it succeeded and {r['open_median']:,.0f} established connections to it were "
+            f"open (median at those SYNs): the listen backlog is overflowing under a burst of new "
             f"connections (raise the backlog / somaxconn, or stop connecting per request).")
     return g.select(
         pl.lit("syn_backlog").alias("kind"), "severity", pl.col("start_ns").cast(pl.Int64),

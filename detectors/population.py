@@ -29,6 +29,16 @@ How findings group (declared by the detector, applied here for every detector al
     population. Otherwise each service with at least ``min_members`` findings is a population. What
     is left (fewer than ``min_members`` at a service) stays as ordinary findings.
 
+One cause explained by another detector's finding (``EXPLAINS``)
+    A detector whose finding names the cause of other detectors' findings declares ``EXPLAINS``, a
+    dict kind -> ``{"service": how its own service is read, "detector": the explained detector,
+    "kinds": its explained kinds, "member_service": how theirs is read}`` (``SERVICE_FROM`` forms).
+    E.g. conn_churn's ``syn_backlog`` (the listen backlog of a service overflowed) explains
+    tcp_stall's ``rto`` / ``synack_retransmission`` findings at that service that began within its
+    window (the SYN timeouts the clients waited out): those become the ``syn_backlog`` finding's
+    members, before any population is formed, so one cause is one top-level finding, never below
+    its worst member, whose explanation says what it cost.
+
 What a population finding says
     ``members`` (how many findings) and ``member_ids`` (their ids, worst first); each member keeps
     its row with ``member_of`` = the population's id, so ``herdscope scan --expand`` and the
@@ -40,8 +50,10 @@ What a population finding says
     ``affected_share`` (value = the share, threshold = ``medium_share``).
 
 Severity rule (population-level impact; never below the worst member)
-    informational when every member is informational (cannot judge); otherwise the highest of: the
-    worst member's severity; medium when the share affected reaches ``medium_share``; high when it
+    informational when every member is informational (cannot judge); the worst member's severity
+    when the members come from fewer than ``impact_min_clients`` (3) distinct clients (one client's
+    twelve SYN timeouts, or seven D-SACKs, are that client's path, not a pathology of the service);
+    otherwise the highest of: the worst member's severity; medium when the share affected reaches ``medium_share``; high when it
     reaches ``high_share`` with at least ``high_members`` members; and where ``steps`` are declared,
     the aggregate against the detector's own steps (medium, high, critical).
 """
@@ -78,6 +90,10 @@ class Params:
     high_share: float = param(0.5, "... at least high from this share ...", unit="share", gate=LOWER, lo=0.0,
                               hi=1.0)
     high_members: int = param(20, "... with at least this many members", unit="findings", gate=LOWER, lo=1)
+    impact_min_clients: int = param(3, "a population rises above its worst member (by share or aggregate) only "
+                                       "with at least this many distinct clients: one client's many findings "
+                                       "are that client's problem, not the service's", unit="clients",
+                                    gate=LOWER, lo=1)
 
 
 def declarations(modules: dict[str, object]) -> dict[str, dict]:
@@ -95,6 +111,80 @@ def declarations(modules: dict[str, object]) -> dict[str, dict]:
                      "fleet": bool(decl.get("fleet", False)), "aggregate": decl.get("aggregate"),
                      "steps": tuple(decl.get("steps", ()))}
     return out
+
+
+def explanations(modules: dict[str, object]) -> list[dict]:
+    """The checked ``EXPLAINS`` declarations of the modules, as rules: the explaining (detector,
+    kind) and how its service is read, the explained detector and kinds and how theirs is read."""
+    out = []
+    for name, module in sorted(modules.items()):
+        for kind, decl in sorted((getattr(module, "EXPLAINS", None) or {}).items()):
+            target, kinds = decl.get("detector"), tuple(decl.get("kinds", ()))
+            if (kind not in getattr(module, "KINDS", (kind,)) or not target or not kinds
+                    or decl.get("service") not in SERVICE_FROM or decl.get("member_service") not in SERVICE_FROM):
+                raise TypeError(f"{name}.EXPLAINS is malformed: {kind!r}: {decl!r}")
+            out.append({"detector": name, "kind": kind, "service": decl["service"], "target": target,
+                        "kinds": kinds, "member_service": decl["member_service"]})
+    return out
+
+
+def _fold(found: pl.DataFrame, rules: list[dict]) -> pl.DataFrame:
+    """Apply the ``EXPLAINS`` rules: every top-level finding of an explained (detector, kind) at the
+    explaining finding's service that began within its window (start to end) becomes its member; the
+    explaining finding then carries ``members`` / ``member_ids`` (worst first), is never below its
+    worst member, and its explanation says what it cost. A finding two explainers could claim goes
+    to the earliest (then the lowest id)."""
+    if found.height == 0 or not rules:
+        return found
+    claims = []
+    for rule in rules:
+        ex = found.filter((pl.col("detector") == rule["detector"]) & (pl.col("kind") == rule["kind"])
+                          & pl.col("member_of").is_null())
+        mem = found.filter((pl.col("detector") == rule["target"]) & pl.col("kind").is_in(list(rule["kinds"]))
+                           & pl.col("member_of").is_null() & (pl.col("members") == 0))
+        if ex.height == 0 or mem.height == 0:
+            continue
+        ex = ex.select(SERVICE_FROM[rule["service"]].alias("_service"), pl.col("finding_id").alias("_by"),
+                       pl.col("start_ns").alias("_a"), pl.col("end_ns").alias("_b"))
+        mem = mem.with_columns(SERVICE_FROM[rule["member_service"]].alias("_service"))
+        claims.append(mem.join(ex, on="_service").filter(pl.col("start_ns").is_between(pl.col("_a"), pl.col("_b")))
+                      .select("finding_id", "_by", "_a"))
+    claims = [c for c in claims if c.height]
+    if not claims:
+        return found
+    link = pl.concat(claims).sort("finding_id", "_a", "_by").unique("finding_id", keep="first", maintain_order=True)
+    link = link.filter(~pl.col("finding_id").is_in(link["_by"].implode()))  # an explainer is no one's member
+    if link.height == 0:
+        return found
+    members = found.join(link.select("finding_id", "_by"), on="finding_id").with_columns(
+        _rank(pl.col("severity")).alias("_rank"))
+    updates = []
+    for (by,), g in sorted(members.group_by("_by"), key=lambda kv: kv[0]):
+        g = g.sort(pl.col("_rank"), pl.col("value").fill_null(float("-inf")), pl.col("start_ns"),
+                   pl.col("finding_id"), descending=[True, True, False, False])
+        host = found.filter(pl.col("finding_id") == by).row(0, named=True)
+        worst = g.row(0, named=True)
+        kinds = "/".join(sorted(g["kind"].unique().to_list()))
+        unit = worst["unit"] or ""
+        cost = (f"; what it cost: {g.height} {worst['detector']}/{kinds} finding(s) at this service in that "
+                f"window are this one cause (members: median {_num(g['value'].median(), unit)}, worst "
+                f"{_num(worst['value'], unit)}, {worst['severity']}, finding {worst['finding_id']}); "
+                f"--expand lists them")
+        updates.append({"finding_id": by, "_sev": SEVERITIES[max(SEVERITY_RANK[str(host["severity"])], worst["_rank"])],
+                        "_ids": (host["member_ids"] or []) + g["finding_id"].to_list(),
+                        "_text": (host["explanation"] or "").rstrip(".") + cost})
+    upd = pl.DataFrame(updates, schema={"finding_id": pl.String, "_sev": pl.String, "_ids": pl.List(pl.String),
+                                        "_text": pl.String})
+    return (found.join(upd, on="finding_id", how="left", maintain_order="left")
+            .join(link.select("finding_id", pl.col("_by").alias("_of")), on="finding_id", how="left",
+                  maintain_order="left")
+            .with_columns(pl.coalesce(pl.col("_sev"), pl.col("severity").cast(pl.String))
+                          .cast(found.schema["severity"]).alias("severity"),
+                          pl.coalesce("_ids", "member_ids").alias("member_ids"),
+                          pl.coalesce("_text", "explanation").alias("explanation"),
+                          pl.coalesce("member_of", "_of").alias("member_of"))
+            .with_columns(pl.col("member_ids").list.len().cast(found.schema["members"]).alias("members"))
+            .select(found.columns))
 
 
 def _endpoint(addr: pl.Expr, port: pl.Expr) -> pl.Expr:
@@ -150,6 +240,8 @@ def _severity(g: dict, steps: list[float], p: Params) -> str:
     if g["_worst_rank"] == 0:
         return "informational"
     rank = g["_worst_rank"]
+    if g["clients"] < p.impact_min_clients:  # no population-level impact: the worst member says it all
+        return SEVERITIES[rank]
     share = g["_share"]
     if share is not None:
         if share >= p.high_share and g["members"] >= p.high_members:
@@ -212,8 +304,11 @@ def _explain(g: dict, decl: dict, p: Params) -> str:
 def apply(found: pl.DataFrame, capture, modules: dict[str, object], configured: dict[str, object],
           p: Params = Params()) -> pl.DataFrame:
     """``found`` (every detector's findings) with population findings added and their members
-    marked (``member_of``); nothing changes for detectors that declare no POPULATION."""
-    decls = declarations({n: m for n, m in modules.items() if n in configured})
+    marked (``member_of``), after folding what an ``EXPLAINS`` rule explains into the explaining
+    finding; nothing changes for detectors that declare neither POPULATION nor EXPLAINS."""
+    mods = {n: m for n, m in modules.items() if n in configured}
+    found = _fold(found, explanations(mods))  # one cause explained by another detector's finding: its members
+    decls = declarations(mods)
     if found.height == 0 or not decls:
         return found
     eligible = pl.lit(False)

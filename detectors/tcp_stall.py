@@ -156,8 +156,10 @@ KINDS = ("rto", "synack_retransmission", "spurious_retransmission", "teardown", 
          "zero_window", "window_full", "slow_start_after_idle", "small_initial_window")
 # kinds whose severity also weighs the time lost against the path's RTT (fixed timers and receiver waits)
 RTT_SCALED = ("rto", "synack_retransmission", "delayed_ack", "zero_window", "window_full")
-# many connections stalled the same way form one population per service, or across servers (detectors/population.py)
-POPULATION = {"kinds": KINDS, "service": "resource_head", "member": "connection", "fleet": True}
+# many connections stalled the same way form one population per service, or across servers (detectors/population.py);
+# not the kinds that cost nothing or cannot be judged (spurious_retransmission, teardown, capture_gap): no service pathology
+POPULATION = {"kinds": tuple(k for k in KINDS if k not in ("spurious_retransmission", "teardown", "capture_gap")),
+              "service": "resource_head", "member": "connection", "fleet": True}
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,12 @@ The signal (``smb2_transactions``, ``ldap_transactions`` + ``ldap_messages``)
       source and its target path); LDAP DNs normalised (case, blanks around ``,`` and ``=``); an
       LDAP search checks its base (baseObject scope) and the entries it returned (at most
       ``max_entries_per_search``).
+    * Clients: SMB2 requests that carry one SessionId to one server are one client, whatever
+      connection they came on (SMB 3 multichannel binds several connections to one session, MS-SMB2
+      3.2.4.1.7 / 3.3.5.5.2); otherwise :func:`detectors.base.client_identity`.
     * A realised race: another client's *successful* change of the same resource between the check
-      and the use (capture order), that conflicts with the use (overlapping byte ranges when both
+      and the use (capture order), not made through the handle the use goes through (a use through
+      the handle the "change" itself returned knows that change), that conflicts with the use (overlapping byte ranges when both
       are WRITEs; overlapping attributes when both are LDAP modifies; always otherwise).
       ``lost_update``: the use succeeded and was unconditional. ``conflict_detected``: the use
       failed (e.g. LDAP noSuchAttribute on a delete-old/add-new modify, SMB
@@ -140,10 +144,26 @@ _SMB_CHANGE_INFO = ("FileRenameInformation", "FileRenameInformationEx", "FileLin
 _RENAMES = ("FileRenameInformation", "FileRenameInformationEx", "FileLinkInformation")
 
 
+def _session_client(tx: pl.DataFrame, ident: pl.Expr) -> pl.Expr:
+    """The client of each SMB2 request, one per session: connections that carry the same SessionId to
+    one server are channels of one session (SMB 3 multichannel, MS-SMB2 3.2.4.1.7 and 3.3.5.5.2: a
+    channel binds to an existing session), so they are one client however many connections, ports or
+    addresses it uses. The session's client is the identity of its earliest request (``ident``, the
+    address or address+port rule); requests without a SessionId (0 or missing) keep ``ident``."""
+    if "session_id" not in tx.columns:
+        return ident
+    sid = pl.col("session_id")
+    keyed = sid.is_not_null() & (sid != 0) & pl.col("server").is_not_null()
+    first = ident.sort_by(pl.col("request_ts_ns").fill_null(0), pl.col("request_frame").fill_null(0)) \
+        .first().over(pl.col("server").cast(pl.String), sid)
+    return pl.when(keyed).then(first).otherwise(ident)
+
+
 def _smb_events(tx: pl.DataFrame) -> pl.DataFrame:
     if tx is None or tx.height == 0:
         return pl.DataFrame(schema=_EVENT_SCHEMA)
     ident, rule = client_identity(tx)
+    tx = tx.with_columns(_session_client(tx, ident).alias("_cid"))
     opens_of = tx.filter(pl.col("operation") == "CREATE")
     tx = tx.filter(pl.col("operation").is_in(["CREATE", "WRITE", "SET_INFO", "QUERY_INFO", "READ"])
                    & pl.col("path").is_not_null())
@@ -188,7 +208,7 @@ def _smb_events(tx: pl.DataFrame) -> pl.DataFrame:
     ev = base.select(
         pl.lit("smb2").alias("proto"), pl.col("server").cast(pl.String),
         smb_key(pl.col("share"), pl.col("path")).alias("key"), pl.col("path").alias("resource"),
-        ident.alias("cid"), pl.lit(rule).alias("ident_rule"),
+        pl.col("_cid").alias("cid"), pl.lit(rule).alias("ident_rule"),
         pl.col("request_ts_ns").alias("ts"), pl.col("response_ts_ns").alias("resp_ts"),
         pl.col("request_frame").alias("frame"), pl.col("response_frame").alias("resp_frame"),
         pl.col("chain_index").cast(pl.Int64).fill_null(0).alias("sub"),
@@ -350,10 +370,12 @@ def _ldap_events(tx: pl.DataFrame | None, msgs: pl.DataFrame | None, params: Par
 # -- windows and the interleaving scan -------------------------------------------------------------------
 
 @njit(cache=True)
-def _scan(w_g, w_s0, w_s1, w_cid, w_mask, w_off, w_len, w_write, g_lo, g_hi, c_seq, c_cid, c_mask, c_off, c_len,
-          max_scan):
+def _scan(w_g, w_s0, w_s1, w_cid, w_fid, w_mask, w_off, w_len, w_write, g_lo, g_hi, c_seq, c_cid, c_fid, c_mask,
+          c_off, c_len, max_scan):
     """For each window: the other clients' conflicting changes of its resource strictly between the
-    check (seq s0) and the use (seq s1). Returns (first change index or -1, count, distinct clients)."""
+    check (seq s0) and the use (seq s1). A change made through the very handle the use goes through
+    (``fid`` codes equal, -1 = none: e.g. the CREATE that returned the handle) is never one the use
+    missed. Returns (first change index or -1, count, distinct clients)."""
     n = w_g.shape[0]
     first = np.full(n, -1, np.int64)
     count = np.zeros(n, np.int64)
@@ -369,7 +391,7 @@ def _scan(w_g, w_s0, w_s1, w_cid, w_mask, w_off, w_len, w_write, g_lo, g_hi, c_s
         scanned = 0
         while x < hi and c_seq[x] < w_s1[i] and scanned < max_scan:
             scanned += 1
-            if c_cid[x] != w_cid[i]:
+            if c_cid[x] != w_cid[i] and (w_fid[i] < 0 or c_fid[x] != w_fid[i]):
                 conflict = True
                 if w_write[i]:
                     if w_mask[i] != -1 and c_mask[x] != -1 and (w_mask[i] & c_mask[x]) == 0:
@@ -424,9 +446,14 @@ def _interleavings(ev: pl.DataFrame, win: pl.DataFrame, params: Params) -> pl.Da
         .sort("proto", "server", "key").with_row_index("g")
     cids = pl.concat([ch["cid"], win["cid"]]).unique().sort()
     code = {"old": cids, "new": pl.arange(0, cids.len(), eager=True)}
+    fids = pl.concat([ch["fid"], win["fid"]]).drop_nulls().unique().sort()
+    fcode = {"old": fids, "new": pl.arange(0, fids.len(), eager=True)}
 
     def cid_code(col):
         return pl.col(col).replace_strict(code["old"], code["new"], return_dtype=pl.Int64)
+
+    def fid_code(col):  # -1: no handle (LDAP, or not captured)
+        return pl.col(col).replace_strict(fcode["old"], fcode["new"], default=-1, return_dtype=pl.Int64)
 
     ch = ch.join(groups, on=["proto", "server", "key"]).sort("g", "seq").with_row_index("ci")
     win = win.join(groups, on=["proto", "server", "key"])
@@ -440,9 +467,9 @@ def _interleavings(ev: pl.DataFrame, win: pl.DataFrame, params: Params) -> pl.Da
 
     first, count, distinct = _scan(
         arr(win, pl.col("g")), arr(win, pl.col("p_seq")), arr(win, pl.col("seq")), arr(win, cid_code("cid")),
-        arr(win, pl.col("mask")), arr(win, pl.col("off")), arr(win, pl.col("len")),
+        arr(win, fid_code("fid")), arr(win, pl.col("mask")), arr(win, pl.col("off")), arr(win, pl.col("len")),
         win["write_op"].to_numpy().astype(np.bool_), g_lo.astype(np.int64), g_hi.astype(np.int64),
-        arr(ch, pl.col("seq")), arr(ch, cid_code("cid")), arr(ch, pl.col("mask")), arr(ch, pl.col("off")),
+        arr(ch, pl.col("seq")), arr(ch, cid_code("cid")), arr(ch, fid_code("fid")), arr(ch, pl.col("mask")), arr(ch, pl.col("off")),
         arr(ch, pl.col("len")), params.max_scan)
     win = win.with_columns(pl.Series("x_ci", first).cast(pl.Int64), pl.Series("x_count", count),
                            pl.Series("x_clients", distinct))

@@ -148,11 +148,10 @@ def extra(findings: pl.DataFrame, record: dict, first_ns: int) -> pl.DataFrame:
 def false_alarms(findings: pl.DataFrame, record: dict) -> pl.DataFrame:
     """Top-level findings that break the record's ``silent`` (>= SILENT_BAR) or ``below_high``
     (>= BELOW_HIGH_BAR) rules."""
-    rank = pl.col("severity").to_physical()
-    det = pl.col("detector")
-    return top_level(findings).filter((det.is_in(list(record.get("silent", []))) & (rank >= SEVERITY_RANK[SILENT_BAR]))
-                           | (det.is_in(list(record.get("below_high", [])))
-                              & (rank >= SEVERITY_RANK[BELOW_HIGH_BAR])))
+    rank, det = pl.col("severity").to_physical(), pl.col("detector")
+    silent = det.is_in(list(record.get("silent", []))) & (rank >= SEVERITY_RANK[SILENT_BAR])
+    below_high = det.is_in(list(record.get("below_high", []))) & (rank >= SEVERITY_RANK[BELOW_HIGH_BAR])
+    return top_level(findings).filter(silent | below_high)
 
 
 def problems(findings: pl.DataFrame, record: dict, first_ns: int) -> list[str]:
@@ -179,7 +178,9 @@ def describe_expected(record: dict) -> str:
 
 
 def describe_found(findings: pl.DataFrame) -> str:
-    """detector/kind severity xN, by detector, worst first (``nothing`` when empty)."""
+    """The top-level findings as detector/kind severity xN, by detector, worst first (``nothing``
+    when there are none)."""
+    findings = top_level(findings)
     if findings.height == 0:
         return "nothing"
     c = (findings.group_by("detector", "kind", "severity").len()

@@ -119,6 +119,10 @@ def _iso_ns(text: str) -> int:
     return secs * 1_000_000_000 + int((frac + "000000000")[:9])
 
 
+# the findings' columns groundtruth.py reads
+MATCHED_COLUMNS = ("detector", "kind", "finding_id", "severity", "start_ns", "server", "resource", "member_of")
+
+
 def judge(entry: dict, scan: dict) -> tuple[str, str, str]:
     """(expected, reported, verdict) for one capture from ``herdscope scan --format json``, by
     samples/groundtruth.py (the matching tests/test_detectors_eval.py asserts with). Verdict
@@ -132,8 +136,8 @@ def judge(entry: dict, scan: dict) -> tuple[str, str, str]:
 
     cap = scan["captures"][0]
     t0 = _iso_ns(cap["first_time"]) if cap["packets"] else 0
-    rows = [{k: f.get(k) for k in FINDINGS_SCHEMA} for f in scan["findings"]]
-    fs = pl.DataFrame(rows, schema=FINDINGS_SCHEMA) if rows else pl.DataFrame(schema=FINDINGS_SCHEMA)
+    schema = {k: FINDINGS_SCHEMA[k] for k in MATCHED_COLUMNS}
+    fs = pl.DataFrame([{k: f.get(k) for k in schema} for f in scan["findings"]], schema=schema)
     problems = gt.problems(fs, entry, t0)
     return gt.describe_expected(entry), gt.describe_found(fs), "; ".join(problems) or "ok"
 

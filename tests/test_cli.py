@@ -10,7 +10,8 @@ import pytest
 from analyzer.cli import ExitCode, main
 from builders import ethernet, ipv4, pcap_file, tcp
 
-DEMO = Path(__file__).parent.parent / "samples" / "demo.pcap"
+# a third-party Arkime capture (Apache-2.0; tests/data/README.md says where it comes from)
+DEMO = Path(__file__).parent / "data" / "arkime-wireshark-smb-on-windows10.pcap"
 INFO_KEYS = {"file", "format", "compressed", "file_size", "packets", "bytes", "wire_bytes", "first_ts", "last_ts",
              "first_time", "last_time", "duration_s", "ts_resolution_ns", "link_types", "interfaces", "protocols",
              "parse_status", "skipped", "damage", "events", "tcp",

@@ -22,7 +22,7 @@ from builders import ethernet, ipv4, pcap_file, udp
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
-DEMO = SAMPLES / "demo.pcap"  # 125 packets
+DEMO = ROOT / "tests" / "data" / "arkime-wireshark-smb-on-windows10.pcap"  # 125 packets (Arkime, Apache-2.0)
 HERD = SAMPLES / "dns-ttl-herd.pcap"  # 616 packets (pcap, µs)
 PCAPNG = SAMPLES / "dns-retry-storm.pcapng"  # 270 KB pcapng
 COMMANDS = ("info", "stats", "scan", "export")

@@ -62,19 +62,21 @@ def test_echo_connections_listen_backlog_overflow():
     no SYN/ACK was ever resent, so the server never took those SYNs: its listen queue was full (86
     established, unclosed connections at the first drop, 341 at 0.13 s; the first FIN at 2.09 s).
     Those 158 connections each waited the 1 s initial RTO (and 2 s more for half of them) on a ~50 µs
-    path: 20,000 RTTs. conn_churn's syn_backlog says why (high); tcp_stall's population of the 158
-    RTO stalls says what it cost (>= medium)."""
+    path: 20,000 RTTs. conn_churn's syn_backlog says why (high); tcp_stall's 158 RTO stalls say what
+    it cost (>= medium). One cause, one top-level finding: the stalls are the syn_backlog finding's
+    members (conn_churn.EXPLAINS, detectors/population.py), not a second top-level population."""
     backlog = _pinned(ECHO, "conn_churn", "syn_backlog", "high")[0]
     assert backlog["server"] == "127.0.0.1" and backlog["resource"] == "127.0.0.1:7000"
     assert 0.30 <= backlog["value"] <= 0.33  # 158 of 500
     assert {306, 310, 311} <= _frames(backlog)  # the first three SYNs that went unanswered
-    stalls = _pinned(ECHO, "tcp_stall", "rto", "medium")
-    assert any(r["members"] >= 150 for r in stalls)  # one population, not 158 lines
+    stalls = _pinned(ECHO, "tcp_stall", "rto", "medium", top=False)
+    assert len(stalls) >= 150 and all(r["member_of"] == backlog["finding_id"] for r in stalls)
+    assert backlog["members"] == len(stalls) and "158 tcp_stall/rto finding(s)" in backlog["explanation"]
+    assert top_level(_findings(ECHO)).filter(pl.col("detector") == "tcp_stall").height == 0
 
 
 def test_syn_retransmit_with_ts_syn_and_data_timers_on_a_microsecond_path():
-    """suricata-verify/bug-4376/syn_retransmit_with_ts.pcap (in tests/data/review: tshark's bytes in
-    flight differ on its first flight, see its README): 10.38.251.146:33372 -> 10.38.251.147:80.
+    """suricata-verify/bug-4376/syn_retransmit_with_ts.pcap: 10.38.251.146:33372 -> 10.38.251.147:80.
     tshark: SYN frame 1 at 0.000 s unanswered, resent frame 2 at 0.999996 s and answered in the same
     microsecond (SYN/ACK frame 3, ACK frame 4 1 µs later; tcp.analysis.ack_rtt 1 µs): a 1 s initial RTO
     on a path of a few µs. Then a 182 KB response at ~8 Gb/s with losses: the client SACKs holes
@@ -154,43 +156,72 @@ def test_resp_benchmark_is_connection_per_request():
     127.0.0.1:35901-35915 -> 6379, opened one after the other every ~0.45 ms (frames 1, 11, 21, ...
     141), each carrying one RESP request and its reply (frames 4 and 6: PING/PONG) and closed by the
     client first (frame 8 FIN): a new connection per request, the churn pattern, TRUE.
-    OVERSTATED (reported, conn_churn is being reworked): the finding is critical because 15 connections
-    in 5.9 ms are extrapolated to 2,362/s and "28,232 of 28,232 ephemeral ports in TIME_WAIT"; the
-    capture holds 15 connections, so at most 15 ports are in TIME_WAIT. Pinned here at the floor that
-    is true (low), not at its severity."""
+    Was OVERSTATED (critical: 15 connections in 5.9 ms extrapolated to 2,362/s and "28,232 of 28,232
+    ephemeral ports in TIME_WAIT"); FIXED in conn_churn: the rate is measured over at least
+    rate_min_span_ns (1 s), an isolated burst has no rate step, and TIME_WAIT holds at most the 15
+    connections seen. Low."""
     row = _pinned("tcpdump/resp_1_benchmark.pcap", "conn_churn", "churn", "low")[0]
     assert row["server"] == "127.0.0.1" and row["resource"] == "127.0.0.1:6379"
     assert {1, 11, 141} <= _frames(row)
+    assert row["severity"] == "low" and row["value"] == pytest.approx(14.0)  # 14 intervals over 1 s
+    assert "about 15 of its 28,232 ephemeral ports" in row["explanation"]
+
+
+@pytest.mark.parametrize("rel, first, last, ms", [
+    ("suricata-verify/smb-filename/input.pcap", 1152, 1312, 13.7),
+    ("suricata-verify/smb2-09-trunc-file-logging/input.pcap", 106, 266, 9.11),
+])
+def test_exploit_connection_burst_is_churn_but_low(rel, first, last, ms):
+    """suricata-verify smb-filename and smb2-09-trunc-file-logging (in tests/data/review): an
+    EternalBlue-style burst. tshark: 21 SYNs from one client to port 445 in 13.7 ms (frames 1152-1312
+    at 31.949-31.962 s) and in 9.1 ms (frames 106-266 at 1596.966-1596.975 s), each connection carrying
+    one ~3.5 KB exchange (e.g. port 49230: SYN frame 204, 132 + 1460 + 1460 + 448 bytes, FIN frame 378,
+    RST frame 414), then nothing like it: a connection per request, churn, TRUE. Was OVERSTATED
+    (critical: extrapolated to 1,456/s and 2,197/s and "28,232 of 28,232 ports in TIME_WAIT"); FIXED:
+    an isolated burst of 21 connections is low, its TIME_WAIT at most the 21 ports it used."""
+    row = _pinned(rel, "conn_churn", "churn", "low")[0]
+    assert row["severity"] == "low" and row["value"] == pytest.approx(20.0)
+    assert {first, last} <= _frames(row) and len(_frames(row)) == 21
+    assert "21 connections" in row["explanation"] and f"in {ms} ms" in row["explanation"]
+    assert "isolated burst" in row["explanation"] and "about 21 of its 28,232" in row["explanation"]
 
 
 def test_tls_subjectaltname_syns_answered_by_stale_acks():
-    """suricata-verify/tls/tls-subjectaltname/input.pcap (in tests/data/review: herdscope and tshark
-    disagree on the retransmission flag of frames 160, 259, 264, 269, see its README): one Windows
+    """suricata-verify/tls/tls-subjectaltname/input.pcap: one Windows
     client 192.168.100.206 browsing over an ~18 ms path (SYN -> SYN/ACK 18.1 ms, frames 20-21). tshark: 12 connections' first SYN is
     answered by a bare ACK of an unrelated sequence (frame 10 SYN seq 561364818 -> frame 12 ACK
     3058576675, the client's RST frame 14; same for frames 11/13/15), the client waits out its SYN timer
     and resends (frame 20 at 5.031 s: 3.06 s later, answered by a SYN/ACK in 18 ms; port 59622: frame
     11 -> frame 140, 13.1 s). The SYN/ACK-less answers come from TTL 63 for six unrelated servers: a
     middlebox one hop from the client holding stale state. Each stall is real and ~170 RTTs (medium
-    per connection, pinned here). OVERSTATED (reported, the population step is being reworked): the
-    population over these 12 connections of ONE client across 6 services comes out high (affected share
-    50 %), above every member but one; and the D-SACK population (7 spurious retransmissions, each a
-    server RTO of ~220 ms racing the client's ~210 ms delayed ACK, e.g. frames 2394-2396, costing
-    nothing) comes out medium from members that are all low."""
+    per connection, pinned here). Was OVERSTATED: the population over these 12 connections of ONE
+    client across 6 services came out high by its affected share (50 %), above every member but one;
+    and the D-SACK population (7 spurious retransmissions, each a server RTO of ~220 ms racing the
+    client's ~210 ms delayed ACK, e.g. frames 2394-2396, costing nothing) came out medium from members
+    that are all low. FIXED in population.py: one client's population is never above its worst member
+    (impact_min_clients), and spurious retransmissions form no population (tcp_stall.POPULATION)."""
     rel = "suricata-verify/tls/tls-subjectaltname/input.pcap"
     rows = _pinned(rel, "tcp_stall", "rto", "medium", top=False)
     syn = [r for r in rows if r["resource"] == "138.201.208.22:443-192.168.100.206:59621"]
     assert syn and {10, 12, 20} <= _frames(syn[0])
     assert "bare ACK" in syn[0]["explanation"]
     assert _pinned(rel, "tcp_stall", "spurious_retransmission", "low", top=False)
+    f = _findings(rel)
+    for pop in f.filter(pl.col("members") > 0).iter_rows(named=True):
+        worst = at_least(f.filter(pl.col("member_of") == pop["finding_id"]), pop["severity"])
+        assert worst.height, (pop["kind"], pop["severity"])  # a member as bad as the population
+    spurious = f.filter(pl.col("kind") == "spurious_retransmission")
+    assert spurious.height == 7 and set(spurious["severity"].cast(pl.String)) == {"low"}
+    assert spurious["members"].sum() == 0 and spurious["member_of"].null_count() == 7
 
 
 PINNED = {
     ECHO, "suricata-verify/mime/mime-stream-depth/input.pcap",
     "zeek/dce-rpc/mapi.pcap", "zeek/http/206_example_b.pcap", "zeek/tcp/reassembly.pcap",
     "tcpdump/resp_1_benchmark.pcap",
+    "suricata-verify/tls/tls-subjectaltname/input.pcap", "suricata-verify/bug-4376/syn_retransmit_with_ts.pcap",
 }
-IN_REVIEW = {"suricata-verify/tls/tls-subjectaltname/input.pcap", "suricata-verify/bug-4376/syn_retransmit_with_ts.pcap"}
+IN_REVIEW = {"suricata-verify/smb-filename/input.pcap", "suricata-verify/smb2-09-trunc-file-logging/input.pcap"}
 
 
 def test_every_pin_is_a_corpus_capture():

@@ -146,9 +146,30 @@ def test_time_wait_pressure_and_port_reuse():
     conns = connections(40, 20.0, history="ShADadfF")
     r = detect(FakeCapture(connections=conns, ldap_transactions=ldap_tx(conns))).row(0, named=True)
     assert "the server closes first" in r["explanation"] and r["severity"] == "medium"
-    # client port exhaustion: 500/s x 60 s > the whole ephemeral range
-    conns = connections(1000, 500.0)
+    # client port exhaustion: 500/s x 60 s > the whole ephemeral range, and the capture shows 24,000 of them
+    conns = connections(24_000, 500.0)
     assert detect(FakeCapture(connections=conns))["severity"].cast(pl.String).to_list() == ["critical"]
+    # ... but the TIME_WAIT estimate never exceeds the connections seen: 1,000 in 2 s hold at most 1,000
+    r = detect(FakeCapture(connections=connections(1000, 500.0))).row(0, named=True)
+    assert r["severity"] == "high" and "about 1,000 of its 28,232 ephemeral ports" in r["explanation"]
+
+
+def test_an_isolated_burst_is_churn_but_not_a_rate():
+    """21 connections in 14 ms, one request each, then nothing (an exploit's burst, suricata-verify
+    smb-filename; redis-benchmark's 15 in 6 ms, tcpdump resp_1_benchmark): churn, low. The rate is
+    measured over at least rate_min_span_ns (20/s, not 1,430/s), the rate steps need an episode that
+    long, and TIME_WAIT holds at most the 21 ports used, not the whole range."""
+    burst = connections(21, 1_430.0, port=445, life=2 * MS)
+    r = detect(FakeCapture(connections=burst)).row(0, named=True)
+    assert r["severity"] == "low" and r["value"] == pytest.approx(20.0)
+    assert "an isolated burst: 20.0/s over the 1 s" in r["explanation"]
+    assert "about 21 of its 28,232 ephemeral ports sit in TIME_WAIT (0%, at most the connections seen)" \
+        in r["explanation"]
+    # the same 21 connections spread over 2 s are a sustained 10/s: medium
+    assert detect(FakeCapture(connections=connections(21, 10.0, port=445)))["severity"].to_list() == ["medium"]
+    # rate_min_span_ns is a lower bound: lowered, the burst's own span is its rate (high); raised, never more
+    assert detect(FakeCapture(connections=burst), rate_min_span_ns=MS)["severity"].to_list() == ["high"]
+    assert detect(FakeCapture(connections=burst), rate_min_span_ns=10 * S)["severity"].to_list() == ["low"]
 
 
 def test_one_shot_protocols_and_one_vantage_point():
@@ -196,7 +217,8 @@ def test_tcp_only_counts_request_turns(read_capture):
 
 
 def test_syn_backlog_overflow():
-    ok = connections(40, 40.0, server="10.0.0.80", port=80, client="10.0.1.1")
+    # 40 connections accepted at 40/s and held open: the accept queue fills while SYNs go unanswered
+    ok = connections(40, 40.0, server="10.0.0.80", port=80, client="10.0.1.1", life=5 * S)
     dropped = connections(6, 6.0, server="10.0.0.80", port=80, client="10.0.1.2", first_conn=100, state="S0",
                           history="S")
     f = detect(FakeCapture(connections=pl.concat([ok, dropped])))
@@ -204,6 +226,16 @@ def test_syn_backlog_overflow():
     assert r["severity"] == "medium" and r["resource"] == "10.0.0.80:80" and r["client"] is None
     assert r["value"] == pytest.approx(6 / 46) and r["evidence_total"] == 6
     assert r["explanation"].startswith("6 of 46 connection attempts to 10.0.0.80:80 from 1 client")
+    assert "and 17 established connections to it were open" in r["explanation"]
+    # the same unanswered SYNs on a lightly loaded service (each connection 3 ms, none open at the
+    # drops): random SYN loss on the path, not a full listen queue; the gate is a lower bound
+    light = pl.concat([ok.with_columns((pl.col("syn_ts_ns") + 3 * MS).alias("last_ts_ns")),
+                       dropped])
+    assert detect(FakeCapture(connections=light)).filter(pl.col("kind") == "syn_backlog").height == 0
+    assert detect(FakeCapture(connections=light), backlog_min_open=0).filter(
+        pl.col("kind") == "syn_backlog").height == 1
+    assert detect(FakeCapture(connections=pl.concat([ok, dropped])), backlog_min_open=18).filter(
+        pl.col("kind") == "syn_backlog").height == 0
     # near misses: SYNs to a service that never answers anyone (filtered/closed port), and an S0 whose
     # SYN was never retransmitted (the capture may simply have ended or missed the answer)
     closed = connections(6, 6.0, server="10.0.0.81", port=80, first_conn=200, state="S0", history="S")

@@ -570,7 +570,8 @@ def test_corpus_findings_at_medium_or_above_are_pinned():
     # the captures added by the corpus review carry their own pins (tests/test_corpus_review.py)
     reviewed = {"zeek/echo-connections.pcap.gz", "suricata-verify/mime/mime-stream-depth/input.pcap",
                 "zeek/dce-rpc/mapi.pcap",
-                "zeek/http/206_example_b.pcap"}
+                "zeek/http/206_example_b.pcap", "suricata-verify/tls/tls-subjectaltname/input.pcap",
+                "suricata-verify/bug-4376/syn_retransmit_with_ts.pcap"}
     seen = {k: v for k, v in seen.items() if k[0] not in reviewed}
     assert set(seen) == {("zeek/tcp/reassembly.pcap", "rto", "128.3.97.175:80-63.193.213.194:2564")}
     severity, text = seen[("zeek/tcp/reassembly.pcap", "rto", "128.3.97.175:80-63.193.213.194:2564")]

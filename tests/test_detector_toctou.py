@@ -422,3 +422,33 @@ def test_nulls_in_any_column_never_raise():
                 broken[name] = frames[name].with_columns(pl.lit(None, frames[name].schema[col]).alias(col))
                 f = tt.detect(FakeCapture(packets=packets, **broken), tt.Params())
                 assert f.schema == FINDINGS_SCHEMA, (name, col)
+
+
+def test_smb3_multichannel_session_is_one_client_and_its_own_handle_is_never_stale():
+    """zeek/smb/smb3_multichannel.pcap, frames 1003/1049/1053 (all SessionId 0x00001c0010000049, tree
+    1): one SMB 3 session on two connections of one host (ports 57095 and 57093, outstanding at once).
+    On 57095 a CREATE (OPEN) gets NAME_NOT_FOUND, on 57093 a CREATE (OVERWRITE_IF) creates the file,
+    and a SET_INFO on 57095 goes through the handle that create returned: no race (was a medium
+    lost_update, the two channels taken for two clients)."""
+    host, sid, handle = "172.17.0.184", 0x00001C0010000049, (0x51, 0x52)
+    ch1, ch2 = dict(port=57095, flow=1, session_id=sid), dict(port=57093, flow=2, session_id=sid)
+    path = SHARE + "\\14twain_32.enc"
+    base = [smb(host, "READ", 0, path=SHARE + "\\other", dt=5 * MS, **ch1),  # overlap: port-split identity
+            smb(host, "READ", 1 * MS, path=SHARE + "\\other2", dt=5 * MS, **ch2)]
+    probe = smb(host, "CREATE", 10 * MS, path=path, status="STATUS_OBJECT_NAME_NOT_FOUND", create_disposition="OPEN",
+                **ch1)
+    create = smb(host, "CREATE", 90 * MS, path=path, create_disposition="OVERWRITE_IF", create_action="CREATED",
+                 share_access=7, fid=handle, **ch2)
+    use = smb(host, "SET_INFO", 93 * MS, path=path, info_class_name="FileAllocationInformation", fid=handle, **ch1)
+    rows = [*base, probe, create, use]
+    assert races(tt.detect(smb_capture(rows), tt.Params())).height == 0
+    # each rule alone clears it: distinct sessions but the use goes through the creator's handle ...
+    other = [{**r, "session_id": sid + (r is create)} for r in rows]
+    assert races(tt.detect(smb_capture(other), tt.Params())).height == 0
+    # ... one session on two channels, through a handle of its own
+    own = [*rows[:-1], {**use, "fid_persistent": 0x99, "fid_volatile": 0x98}]
+    assert races(tt.detect(smb_capture(own), tt.Params())).height == 0
+    # and the same interleaving by two sessions through different handles is the lost update
+    both = [{**r, "session_id": sid + (r is create)} for r in own]
+    f = races(tt.detect(smb_capture(both), tt.Params()))
+    assert f["kind"].to_list() == ["lost_update"] and f["client"][0] == f"{host}:57095"

@@ -95,3 +95,42 @@ def test_healthy_twin_below_high(rec):
     f, first = findings_of(rec["file"])
     high = gt.loud(f, gt.BELOW_HIGH_BAR)
     assert high.height == 0, shown(high, first)
+
+
+# --------------------------------------------------------------------------- the matching itself
+
+def _frame(rows: list[dict]) -> pl.DataFrame:
+    from detectors.base import FINDINGS_SCHEMA
+    cols = ("detector", "kind", "severity", "start_ns", "server", "resource", "finding_id", "member_of")
+    return pl.DataFrame([{c: r.get(c) for c in cols} for r in rows],
+                        schema={c: FINDINGS_SCHEMA[c] for c in cols})
+
+
+def test_matching_uses_the_pathology_interval_resource_and_top_level_findings():
+    t0 = 10**18
+    at = lambda s: t0 + int(s * gt.SEC)  # noqa: E731
+    f = _frame([
+        {"detector": "herd", "kind": "kerberos", "severity": "high", "start_ns": at(4.3), "server": "10.0.0.88",
+         "resource": "krbtgt/R@R", "finding_id": "a"},
+        {"detector": "herd", "kind": "kerberos", "severity": "high", "start_ns": at(4.7), "server": "10.0.0.88",
+         "resource": "HTTP/x@R", "finding_id": "b"},
+        {"detector": "herd", "kind": "kerberos", "severity": "high", "start_ns": at(4.4), "server": "10.0.0.88",
+         "resource": "krbtgt/R@R", "finding_id": "m", "member_of": "a"},        # a member: not counted again
+    ])
+    as_req = {"detector": "herd", "kind": "kerberos", "min_severity": "medium", "start_s": 4.3, "tolerance_s": 0.5,
+              "server": "10.0.0.88", "resource": "krbtgt/R@R", "count": 1, "count_tolerance": 0}
+    tgs = {**as_req, "resource": "HTTP/x@R", "start_s": 3.0, "measured": {"end_s": 4.5}}
+    assert gt.matches(f, as_req, t0)["finding_id"].to_list() == ["a"]
+    assert gt.expect_problem(f, as_req, t0) is None
+    assert gt.expect_problem(f, tgs, t0) is None                             # 4.7 s: inside end_s + tolerance
+    assert gt.expect_problem(f, {**tgs, "measured": {}}, t0) == "MISS"      # start_s +- tolerance only
+    assert gt.expect_problem(f, {**as_req, "min_severity": "critical"}, t0) == "DOWNGRADED (high)"
+    assert gt.expect_problem(f, {**as_req, "resource": ""}, t0) == "COUNT 2"
+    grey = {**as_req, "min_severity": "informational", "start_s": 20.0, "count": 1, "count_tolerance": 1}
+    assert gt.expect_problem(f, grey, t0) is None                           # a sweep point may not fire
+    assert gt.expect_problem(f, {**grey, "min_severity": "low"}, t0) == "MISS"
+    rec = {"expect": [as_req], "silent": ["tcp_stall"], "below_high": ["herd"]}
+    assert gt.extra(f, rec, t0)["finding_id"].to_list() == ["b"]             # herd >= medium, near nothing
+    assert gt.false_alarms(f, rec)["finding_id"].to_list() == ["a", "b"]     # herd must stay below high
+    assert gt.false_alarms(f, {**rec, "below_high": []}).height == 0
+    assert gt.problems(f, {"expect": [as_req, tgs]}, t0) == []

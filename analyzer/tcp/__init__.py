@@ -34,8 +34,10 @@ SEGMENT_DESCRIPTIONS = {
     "acks_frame": "frame of the segment this ACK acknowledges exactly (tcp.analysis.acks_frame)",
     "ack_rtt_ns": "time from that segment to this ACK (tcp.analysis.ack_rtt)",
     "rtt_ns": "ack_rtt_ns with Karn's rule: null when the acknowledged data was sent more than once",
-    "bytes_in_flight": "unacknowledged bytes after this segment (tcp.analysis.bytes_in_flight)",
-    "pipe_bytes": "bytes_in_flight minus bytes the receiver has SACKed (RFC 6675 pipe)",
+    "bytes_in_flight": "unacknowledged bytes after this segment minus the SACK blocks of the receiver's "
+                       "latest segment (tcp.analysis.bytes_in_flight)",
+    "pipe_bytes": "unacknowledged data bytes minus every byte the receiver has SACKed above the "
+                  "cumulative ACK (RFC 6675 pipe)",
     "window_size": "receive window in bytes, scale applied (tcp.window_size); null when the scale is unknown",
     "rto_ns": "for retransmissions: time since the highest segment before it (tcp.analysis.rto)",
     "rto_frame": "frame of that highest segment (tcp.analysis.rto_frame)",

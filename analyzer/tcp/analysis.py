@@ -7,6 +7,19 @@ processed per connection direction in capture order. Wireshark's quirks are kept
 ``nextseq``/``lastack`` means "not seen yet"; an ACK RTT is only measured on an ACK that exactly matches
 a segment's end) so the flags agree frame by frame.
 
+``dissect_tcp`` (4.0) also adjusts a flow before ``tcp_analyze_sequence_number`` runs; reproduced:
+- A SYN (no ACK) with the ISN already recorded for its direction (a resent SYN; a different ISN starts
+  a new connection, see ``connections.py``) resets the direction's highest sequence number to the
+  highest contiguous one (``nextseq = maxseqtobeacked``, Wireshark issue 17616): an RST sent with the
+  sequence number of a stale ACK it answers must not make the data after the new handshake look
+  retransmitted.
+- A SYN/ACK whose sequence number differs from the base recorded for its direction (the base was
+  guessed from a stale ACK, or the server answered a resent SYN with a new ISN) is flagged
+  ``reused_ports`` and becomes the direction's new base (Wireshark issue 16944); the connection stays.
+- Bytes in flight subtract the SACK blocks of the last segment the receiver sent (its first three
+  blocks: Wireshark stores blocks 1..3 of ``MAX_TCP_SACK_RANGES``; the counter is reset on every segment
+  of that direction, so a segment without SACK clears them), in 32-bit unsigned arithmetic.
+
 Where herdscope measures more than Wireshark (documented differences):
 - Time differences (the 20 ms fast-retransmission window, the out-of-order threshold) are unsigned in
   Wireshark (``guint64 t``): when the capture's timestamps go backwards (merged interfaces, per-CPU
@@ -18,10 +31,12 @@ Where herdscope measures more than Wireshark (documented differences):
   RTT as Wireshark does, and the default 3 ms otherwise; on µs-RTT paths pass a smaller value.
 - ``rtt_ns``: the ACK RTT with Karn's rule applied (no sample when the acknowledged data was sent more
   than once); ``ack_rtt_ns`` is Wireshark's value, which times retransmitted data from the first copy.
-- SACK (RFC 2018): Wireshark ignores SACK blocks. herdscope keeps a per-direction scoreboard and flags a
-  retransmission of data the receiver had already SACKed (``SACKED_RETRANSMISSION``, a spurious
-  retransmission Wireshark cannot see), and reports ``pipe_bytes``, the bytes in flight minus SACKed
-  bytes (RFC 6675's pipe), beside Wireshark's ``bytes_in_flight``.
+- SACK (RFC 2018): Wireshark's flags ignore SACK blocks, and its bytes in flight only subtract the last
+  SACK option (above). herdscope keeps a per-direction scoreboard of every SACK block still above the
+  cumulative ACK and flags a retransmission of data the receiver had already SACKed
+  (``SACKED_RETRANSMISSION``, a spurious retransmission Wireshark cannot see), and reports
+  ``pipe_bytes``, the unacknowledged bytes minus the scoreboard's SACKed bytes (RFC 6675's pipe),
+  beside Wireshark's ``bytes_in_flight``.
 """
 from __future__ import annotations
 
@@ -69,6 +84,10 @@ MAX_UNACKED_SEGMENTS = 10000  # Wireshark's TCP_MAX_UNACKED_SEGMENTS
 FAST_RETRANSMISSION_WINDOW_NS = 20_000_000  # Wireshark: within 20 ms of the last duplicate ACK
 MAX_SACK_RANGES = 16  # scoreboard ranges kept per direction
 MAX_RETX_TRACKED = 8  # recent retransmissions kept per direction for D-SACK matching (12 bytes each)
+# Wireshark's MAX_TCP_SACK_RANGES is 4, but dissect_tcpopt_sack stores block k (1-based) only while
+# k < 4: the bytes-in-flight subtraction sees at most three blocks of a SACK option
+WS_BIF_SACK_BLOCKS = 3
+BIF_LIMIT = 2_000_000_000  # Wireshark shows bytes in flight only when 0 < value < this
 
 
 @dataclass(frozen=True)
@@ -141,6 +160,7 @@ def analyze(seg, n_conn, sack_left, sack_right, ooo_default_ns, use_hs_rtt, out)
     lastsegmentflags = np.zeros(nd, np.int64)
     valid_bif = np.ones(nd, np.bool_)
     last_ts = np.full(nd, -1, np.int64)
+    last_row = np.full(nd, -1, np.int64)  # the direction's latest segment (its SACK blocks feed the BiF)
     head = np.full(nd, -1, np.int64)
     count = np.zeros(nd, np.int64)
     sk_lo = np.zeros((nd, MAX_SACK_RANGES), np.int64)
@@ -205,6 +225,13 @@ def analyze(seg, n_conn, sack_left, sack_right, ooo_default_ns, use_hs_rtt, out)
             out.window_size[i] = raw_window
         # else: scaling unknown (no SYN seen): window_size stays -1 (null), as Wireshark's calc unknown
 
+        # dissect_tcp, before the analysis: a resent SYN restores the highest contiguous sequence number
+        # (issue 17616); a SYN/ACK with a new sequence number rebases its direction (issue 16944)
+        if base_set[fwd] and (flags & (TH_SYN | TH_ACK)) == TH_SYN and seq == base_seq[fwd]:
+            nextseq[fwd] = maxseqtobeacked[fwd]
+        if base_set[fwd] and (flags & (TH_SYN | TH_ACK)) == (TH_SYN | TH_ACK) and seq != base_seq[fwd]:
+            base_seq[fwd] = seq
+            ta |= REUSED_PORTS
         # base sequence numbers
         if not base_set[fwd]:
             base_seq[fwd] = seq if flags & TH_SYN else _u32(seq - 1)
@@ -424,26 +451,40 @@ def analyze(seg, n_conn, sack_left, sack_right, ooo_default_ns, use_hs_rtt, out)
             count[rev] -= 1
             u = nxt
 
-        # bytes in flight after this segment: data bytes only (tshark 4.0 leaves out the sequence
-        # number a SYN or FIN occupies)
+        # bytes in flight after this segment (tcp.analysis.bytes_in_flight): the highest next sequence
+        # number of the unacknowledged segments minus the lowest sequence number, minus the SACK blocks
+        # of the receiver's latest segment, in guint32; then 1 less when this segment is a SYN or FIN
+        # (a SYN or FIN still listed from before counts its sequence number, as in Wireshark).
+        # pipe_bytes counts data bytes only, minus the scoreboard's SACKed bytes.
         u = head[fwd]
         if seglen != 0 and u >= 0 and valid_bif[fwd]:
             first = _u32(e_seq[u] - base_seq[fwd])
-            last = _u32(e_data_end[u] - base_seq[fwd])
+            last = _u32(e_next_seq[u] - base_seq[fwd])
+            last_data = _u32(e_data_end[u] - base_seq[fwd])
             sacked = np.int64(0)
             while u >= 0:
-                if _u32(e_data_end[u] - base_seq[fwd]) > last:
-                    last = _u32(e_data_end[u] - base_seq[fwd])
+                if _u32(e_next_seq[u] - base_seq[fwd]) > last:
+                    last = _u32(e_next_seq[u] - base_seq[fwd])
+                if _u32(e_data_end[u] - base_seq[fwd]) > last_data:
+                    last_data = _u32(e_data_end[u] - base_seq[fwd])
                 if _u32(e_seq[u] - base_seq[fwd]) < first:
                     first = _u32(e_seq[u] - base_seq[fwd])
                 u = e_link[u]
-            in_flight = last - first
-            if 0 < in_flight < 2000000000:
-                out.bytes_in_flight[i] = in_flight
+            delivered = np.int64(0)
+            r = last_row[rev]
+            if r >= 0:
+                for k in range(min(seg.sack_count[r], WS_BIF_SACK_BLOCKS)):
+                    delivered += _u32(sack_right[seg.sack_start[r] + k] - sack_left[seg.sack_start[r] + k])
+            ws_in_flight = _u32(last - first - delivered)
+            if 0 < ws_in_flight < BIF_LIMIT and ws_in_flight - (1 if flags & (TH_SYN | TH_FIN) else 0) > 0:
+                out.bytes_in_flight[i] = ws_in_flight - (1 if flags & (TH_SYN | TH_FIN) else 0)
+            in_flight = last_data - first
+            if 0 < in_flight < BIF_LIMIT:
                 for k in range(sk_n[fwd]):
                     lo = max(_u32(sk_lo[fwd, k] - base_seq[fwd]), first)
-                    hi = min(_u32(sk_hi[fwd, k] - base_seq[fwd]), last)
+                    hi = min(_u32(sk_hi[fwd, k] - base_seq[fwd]), last_data)
                     if hi > lo:
                         sacked += hi - lo
                 out.pipe_bytes[i] = in_flight - sacked
+        last_row[fwd] = i
         out.flags[i] = ta

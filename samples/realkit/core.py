@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 PREFIX = "hsreal-"
-ALL_DETECTORS = ["herd", "retry_storm", "smb_break_queue", "tcp_stall", "toctou", "conn_churn"]   # what a manifest entry names
+# the detectors a manifest entry names (silent, below_high)
+ALL_DETECTORS = ["herd", "retry_storm", "smb_break_queue", "tcp_stall", "toctou", "conn_churn"]
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -180,6 +181,21 @@ class Lab:
         for ns in self.namespaces:
             ns.delete()
         self.namespaces.clear()
+
+
+def start_threads(target, n: int) -> list[threading.Thread]:
+    """N daemon threads running TARGET(i), i = 0..N-1, started (a thread that enters a
+    namespace with ``with ns:`` switches only itself)."""
+    threads = [threading.Thread(target=target, args=(i,), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def join_all(threads: list[threading.Thread], timeout: float) -> None:
+    """Wait for each of THREADS, up to TIMEOUT seconds each."""
+    for t in threads:
+        t.join(timeout)
 
 
 def wait_for(pred, timeout: float, what: str, interval: float = 0.05):

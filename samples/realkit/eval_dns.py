@@ -36,10 +36,10 @@ from pathlib import Path
 
 from . import facts, scen_dns
 from .core import Lab, deb_version, first_packet_time, wait_for
-from .eval_common import add_addresses, capture
+from .eval_common import (ALL_DETECTORS, add_addresses, capture, capture_name, healthy_twin, new_entry,
+                          pathological)
 from .scen_dns import AUTH, RESOLVER, _probe, _start_dnsmasq, _start_nsd, _Stub
 
-ALL_DETECTORS = list(scen_dns.ALL_DETECTORS)
 UPSTREAM_DELAY_MS = 30.0   # one-way delay resolver <-> authoritative in the BIND scenario
 
 
@@ -340,8 +340,9 @@ def _versions(resolver: str) -> str:
     return f"dnsmasq-base {deb_version('dnsmasq-base')}, nsd {deb_version('nsd')}"
 
 
-def entry_for(r: dict, scenario: str, twin: str, healthy: bool, sweep: dict | None = None,
-              min_severity: str = "medium") -> dict:
+def entry_for(r: dict, scenario: str, healthy: bool, twin: str | None = None,
+              sweep: dict | None = None, min_severity: str = "medium",
+              below_high: list[str] = ()) -> dict:
     rd = rounds_of(r)
     n, t0 = r["n"], r["t_first"]
     if r["resolver"] == "bind":
@@ -374,36 +375,27 @@ def entry_for(r: dict, scenario: str, twin: str, healthy: bool, sweep: dict | No
                     failed_lookups=sum(1 for x in rows if x[4] is None),
                     servfail=sum(1 for x in rows if x[6] not in (None, 0)),
                     capture_dropped=r["stats"].get("dropped_by_kernel", -1))
-    entry = dict(file=r["fname"], scenario=scenario, healthy=healthy, twin=twin, made_with=made)
-    if sweep:
-        entry["sweep"] = sweep
+    entry = new_entry(scenario, healthy, made, twin=twin, **({"sweep": sweep} if sweep else {}),
+                      measured=measured)
     if healthy:
         measured["refresh_spread_ms"] = [x["spread_ms"] for x in rd]
         measured["max_outstanding"] = max_outstanding(rows)
-        entry["measured"] = measured
-        entry["what_happened"] = (
+        return healthy_twin(entry, (
             f"The same {n} clients and lookups, but every refresh comes after a jittered 60-100 % "
             "of the TTL, so the re-queries spread over the capture (at most "
-            f"{measured['max_outstanding']} queries outstanding at once). No herd.")
-        entry["silent"] = list(ALL_DETECTORS)
-        entry["below_high"] = list(ALL_DETECTORS)
-        entry["expect"] = []
-        return entry
-    entry["measured"] = measured
+            f"{measured['max_outstanding']} queries outstanding at once). No herd."))
     spread = max(x["spread_ms"] for x in rd)
     outst = min(x["max_outstanding"] for x in rd)
-    entry["what_happened"] = (
+    what = (
         f"At each of the resolver's expiries of {r['name']} all {n} clients ask again, "
         f"{CORE_SHARE:.0%} of them within {spread:.0f} ms ({len(rd)} herds); "
         + (f"they wait on the resolver's one upstream fetch, at least {outst} queries outstanding "
            "at once in every herd" if r["resolver"] == "bind" else
            f"at least {outst} queries outstanding at once in every herd")
         + (f", all from one address ({r['per_addr']} source ports)." if r["per_addr"] > 1 else "."))
-    entry["silent"] = [d for d in ALL_DETECTORS if d != "herd"]
-    entry["below_high"] = []
-    entry["expect"] = []
+    expect = []
     for x in rd:
-        entry["expect"].append(dict(
+        expect.append(dict(
             detector="herd", kind="dns", min_severity=min_severity, start_s=x["start_s"],
             tolerance_s=0.5, client=addr(1, 0) if r["per_addr"] > 1 else "", server=RESOLVER,
             resource=r["name"], count=1, count_tolerance=0 if min_severity != "informational" else 1,
@@ -413,7 +405,8 @@ def entry_for(r: dict, scenario: str, twin: str, healthy: bool, sweep: dict | No
                           client_median_wait_ms=x["client_median_wait_ms"],
                           client_max_wait_ms=x["client_max_wait_ms"], expiry_round=x["round"],
                           end_s=x["end_s"])))
-    return entry
+    return pathological(entry, what, silent=[d for d in ALL_DETECTORS if d != "herd"], expect=expect,
+                        below_high=below_high)
 
 
 # --------------------------------------------------------------------------- scenarios
@@ -422,30 +415,23 @@ ONE_NODE = dict(resolver="bind", n_addrs=1, per_addr=150, processes=True, rounds
 
 
 def build_onenode(lab: Lab, out: Path, healthy: bool) -> dict:
-    fname = "dns-onenode-herd-bind" + ("-healthy" if healthy else "") + ".pcap"
-    r = run_herd(lab, out, fname, healthy, seed=21, **ONE_NODE)
-    return entry_for(r, "dns-onenode-herd-bind", twin=("dns-onenode-herd-bind.pcap" if healthy
-                                                        else "dns-onenode-herd-bind-healthy.pcap"),
-                     healthy=healthy)
+    scen = "dns-onenode-herd-bind"
+    r = run_herd(lab, out, capture_name(scen, healthy), healthy, seed=21, **ONE_NODE)
+    return entry_for(r, scen, healthy)
 
 
 def _sweep(n: int, rounds: int):
     def build(lab: Lab, out: Path, healthy: bool) -> dict:
         scen = f"dns-herd-dnsmasq-{n}"
-        fname = scen + ("-healthy" if healthy else "") + ".pcap"
-        r = run_herd(lab, out, fname, healthy, resolver="dnsmasq", n_addrs=n, per_addr=1,
+        r = run_herd(lab, out, capture_name(scen, healthy), healthy, resolver="dnsmasq", n_addrs=n, per_addr=1,
                      processes=False, rounds=rounds, name="cfg.corp.example", ttl=8,
                      use_every=0.05, start_window=(0.3, 7.5), seed=100 + n)
         # 5 clients re-asking together is a herd by construction but harmless: a point of the
         # operating curve (may fire, must not be >= high); 50 and 500 must be >= medium.
         floor = "informational" if n < 20 else "medium"
-        twin = "" if n < 20 else f"{scen}.pcap" if healthy else f"{scen}-healthy.pcap"
-        e = entry_for(r, scen, twin=twin,
-                      healthy=healthy, sweep=dict(variable="clients", value=n),
-                      min_severity=floor)
-        if not healthy and n < 20:
-            e["below_high"] = ["herd"]
-        return e
+        return entry_for(r, scen, healthy, twin="" if n < 20 else None,
+                         sweep=dict(variable="clients", value=n), min_severity=floor,
+                         below_high=["herd"] if n < 20 else [])
     return build
 
 
@@ -490,7 +476,7 @@ def build_storm_unbound(lab: Lab, out: Path, healthy: bool) -> dict:
     through scen_dns._start_dnsmasq; that name is pointed at scen_dns._start_unbound for the
     duration of the call (and restored after it)."""
     scen = "dns-retry-storm-unbound"
-    fname = scen + ("-healthy" if healthy else "") + ".pcap"
+    fname = capture_name(scen, healthy)
     saved = scen_dns._start_dnsmasq
     scen_dns._start_dnsmasq = lambda lab_, srv, cache_size=0: scen_dns._start_unbound(lab_, srv)
     try:
@@ -509,18 +495,25 @@ def build_storm_unbound(lab: Lab, out: Path, healthy: bool) -> dict:
             f"{r['n_clients']}) look up {scen_dns.STORM_NAME} (TTL 5) once a second; retries: {how}. "
             f"nsd's process group is SIGSTOPped at {s['upstream_stopped_s']} s for "
             f"{STORM['stop_for']:g} s. Captured on the resolver's veth (full packets, us pcap).")
-    entry = dict(file=fname, scenario=scen, healthy=healthy,
-                 twin=f"{scen}.pcap" if healthy else f"{scen}-healthy.pcap", made_with=made,
-                 measured=s)
+    entry = new_entry(scen, healthy, made, measured=s)
     if healthy:
-        entry["what_happened"] = (
+        return healthy_twin(entry, (
             f"The same outage; unbound serves its cached answer until the TTL runs out, then the "
             f"clients back off: {s['retries']} retries in all ({s['max_tries_one_lookup']} tries "
-            "at most for one lookup). No storm.")
-        entry["silent"] = [d for d in ALL_DETECTORS if d != "herd"]
-        entry["below_high"] = list(ALL_DETECTORS)
-        entry["expect"] = []
-        return entry
+            "at most for one lookup). No storm."), silent=[d for d in ALL_DETECTORS if d != "herd"])
+    return pathological(entry, (
+        f"nsd stops answering at {s['upstream_stopped_s']} s; once unbound's cached answer "
+        f"expires, the {s['clients_retrying']} clients resend every 200 ms until answered: "
+        f"{s['retries']} retries ({s['max_tries_one_lookup']} tries for one lookup at most) from "
+        f"{s.get('first_retry_s')} s to {s.get('last_retry_s')} s; nsd resumes at "
+        f"{s['upstream_resumed_s']} s."),
+        silent=["smb_break_queue", "tcp_stall", "toctou", "conn_churn"], expect=[dict(
+            detector="retry_storm", kind="dns", min_severity="medium",
+            start_s=s.get("first_retry_s", 0.0), tolerance_s=1.0, client="", server=RESOLVER,
+            resource=scen_dns.STORM_NAME, count=1, count_tolerance=1,
+            measured=dict(clients=s["clients_retrying"], retries=s["retries"],
+                          retry_interval_ms=int(r["timeout"] * 1000), end_s=s.get("last_retry_s", 0.0),
+                          upstream_down_s=[s["upstream_stopped_s"], s["upstream_resumed_s"]]))])
     entry["what_happened"] = (
         f"nsd stops answering at {s['upstream_stopped_s']} s; once unbound's cached answer "
         f"expires, the {s['clients_retrying']} clients resend every 200 ms until answered: "

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from . import facts, scen_krb
-from .core import Lab, deb_version, first_packet_time, wait_for
+from .core import Lab, deb_version, first_packet_time, join_all, start_threads, wait_for
 from .eval_common import capture, capture_name, healthy_twin, new_entry, pathological
 
 KDC = scen_krb.KDC
@@ -107,11 +107,7 @@ def run_herd(lab: Lab, out: Path, fname: str, healthy: bool, kdc: str, tcp: bool
              n_workers: int = 60, sync_window: float = 0.3, jitter_window: float = 30.0,
              seed: int = 31) -> dict:
     rng = random.Random(seed)
-    lab.workdir.chmod(0o711)
-    kdc_ns = lab.netns("kdc")
-    lan = lab.netns("lan")
-    lab.veth(kdc_ns, "k0", lan, "lan0")
-    kdc_ns.ip("addr", "add", f"{KDC}/16", "dev", "k0")
+    kdc_ns, lan = scen_krb.kdc_topology(lab)
     lan.ip("addr", "add", f"{NODE}/16", "dev", "lan0")
     d = lab.workdir / "kdc"
     d.mkdir()
@@ -170,17 +166,14 @@ def run_herd(lab: Lab, out: Path, fname: str, healthy: bool, kdc: str, tcp: bool
                      tgs_err=p2.stderr.strip()[-200:])
         results[i] = r
 
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(n_workers)]
-    for t in threads:
-        t.start()
+    threads = start_threads(worker, n_workers)
     for i in sorted(range(n_workers), key=lambda k: starts[k]):
         time.sleep(max(0.0, t_base + starts[i] - time.time()))
         t_start[i] = time.time()
         procs[i].stdin.write("go\n")
         procs[i].stdin.flush()
         released[i].set()
-    for t in threads:
-        t.join(120)
+    join_all(threads, 120)
     stats = cap.stop()
     traces = [(cdir / f"trace{i}.log").read_text(errors="replace")
               for i in range(n_workers) if (cdir / f"trace{i}.log").exists()]

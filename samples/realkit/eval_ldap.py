@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from . import facts, scen_ldap
-from .core import Lab, deb_version, first_packet_time
+from .core import Lab, deb_version, first_packet_time, join_all, start_threads
 from .eval_common import ALL_DETECTORS, capture, capture_name, healthy_twin, new_entry, pathological
 
 SLAPD = scen_ldap.SLAPD
@@ -68,11 +68,7 @@ def run_population(lab: Lab, out: Path, fname: str, healthy: bool, n_hosts: int 
             time.sleep(max(0.0, t_base + per_host * interval + 0.2 - time.time()))
             pooled.unbind()
 
-    th = [threading.Thread(target=host, args=(h,), daemon=True) for h in range(n_hosts)]
-    for t in th:
-        t.start()
-    for t in th:
-        t.join(60)
+    join_all(start_threads(host, n_hosts), 60)
     time.sleep(0.3)
     stats = cap.stop()
     return dict(rows=sorted(rows, key=lambda r: r[2]), t_first=first_packet_time(out / fname),

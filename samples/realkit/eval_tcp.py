@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from . import facts
-from .core import Lab, first_packet_time, run
+from .core import Lab, first_packet_time, join_all, run, start_threads
 from .eval_common import add_addresses, capture, capture_name, healthy_twin, new_entry, pathological
 
 SERVICES = [("10.77.5.1", 8080), ("10.77.5.3", 8443)]
@@ -133,11 +133,7 @@ def run_syn_loss(lab: Lab, out: Path, fname: str, healthy: bool, n_hosts: int = 
             with lock:
                 rows.append(r)
 
-    th = [threading.Thread(target=host, args=(h,), daemon=True) for h in range(n_hosts)]
-    for t in th:
-        t.start()
-    for t in th:
-        t.join(120)
+    join_all(start_threads(host, n_hosts), 120)
     time.sleep(0.5)
     stats = cap.stop()
     drops = _drop_counts(srv) if not healthy else {}

@@ -22,7 +22,8 @@ from pathlib import Path
 import dns.message
 import dns.rdatatype
 
-from .core import ALL_DETECTORS, Capture, Lab, deb_version, first_packet_time, log, wait_for
+from .core import (ALL_DETECTORS, Capture, Lab, deb_version, first_packet_time, join_all, log,
+                   start_threads, wait_for)
 
 RESOLVER = "10.77.0.53"
 AUTH = "10.77.0.54"
@@ -232,11 +233,7 @@ def run_ttl_herd(lab: Lab, out: Path, healthy: bool, n_clients: int = 60, rounds
             n = math.ceil((due - t_base - phase) / USE_EVERY)
             time.sleep(max(0.0, t_base + phase + n * USE_EVERY - time.time()))
 
-    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(n_clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    join_all(start_threads(client, n_clients), 120)
     stats = cap.stop()
     for s in stubs:
         s.sock.close()
@@ -329,9 +326,7 @@ def run_retry_storm(lab: Lab, out: Path, healthy: bool, n_clients: int = 20,
             # next tick of the once-a-second schedule that is still ahead (missed ones are skipped)
             lookup = max(lookup + 1, math.ceil(time.time() - t_base - phases[i]))
 
-    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(n_clients)]
-    for t in threads:
-        t.start()
+    threads = start_threads(client, n_clients)
     time.sleep(max(0.0, t_base + stop_at - time.time()))
     os.killpg(nsd.pid, signal.SIGSTOP)  # nsd serves from a forked child: stop the group
     t_stop = time.time()
@@ -340,8 +335,7 @@ def run_retry_storm(lab: Lab, out: Path, healthy: bool, n_clients: int = 20,
     os.killpg(nsd.pid, signal.SIGCONT)
     t_cont = time.time()
     log(f"nsd {nsd.pid} continued (SIGCONT)")
-    for t in threads:
-        t.join(60)
+    join_all(threads, 60)
     stats = cap.stop()
     for s in stubs:
         s.sock.close()

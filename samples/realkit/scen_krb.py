@@ -13,11 +13,11 @@ from __future__ import annotations
 import os
 import random
 import subprocess
-import threading
 import time
 from pathlib import Path
 
-from .core import ALL_DETECTORS, Capture, Lab, deb_version, first_packet_time, log, wait_for
+from .core import (ALL_DETECTORS, Capture, Lab, deb_version, first_packet_time, join_all, log,
+                   start_threads, wait_for)
 
 KDC = "10.77.0.88"
 REALM = "CORP.EXAMPLE"
@@ -108,14 +108,21 @@ def _setup_kdc(lab: Lab, kdc_ns, users: list[tuple[str, str]]) -> dict:
     return dict(dir=d, proc=kdc)
 
 
-def run_herd(lab: Lab, out: Path, healthy: bool, n_clients: int = 40, n_wrong: int = 3,
-             n_tcp: int = 8, seed: int = 11) -> dict:
-    rng = random.Random(seed)
+def kdc_topology(lab: Lab):
+    """(kdc, lan) namespaces: [kdc] k0 KDC/16 ====veth==== lan0 [lan]; the clients' addresses
+    on lan0 are the caller's. The work directory is opened (0711) for the clients' uids."""
     lab.workdir.chmod(0o711)
     kdc_ns = lab.netns("kdc")
     lan = lab.netns("lan")
     lab.veth(kdc_ns, "k0", lan, "lan0")
     kdc_ns.ip("addr", "add", f"{KDC}/16", "dev", "k0")
+    return kdc_ns, lan
+
+
+def run_herd(lab: Lab, out: Path, healthy: bool, n_clients: int = 40, n_wrong: int = 3,
+             n_tcp: int = 8, seed: int = 11) -> dict:
+    rng = random.Random(seed)
+    kdc_ns, lan = kdc_topology(lab)
     # client i: user i (good password) except: the last one asks for an unknown principal,
     # n_wrong of the others type a wrong password; n_tcp of them use TCP.
     roles = ["ok"] * n_clients
@@ -183,12 +190,7 @@ def run_herd(lab: Lab, out: Path, healthy: bool, n_clients: int = 40, n_wrong: i
                          kvno_err=p2.stderr.strip()[-200:])
         results[i] = r
 
-    threads = [threading.Thread(target=client, args=(s,), daemon=True) for s in range(n_clients)]
-    # `with lan:` inside each thread switches only that thread
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    join_all(start_threads(client, n_clients), 120)   # `with lan:` in a thread switches only it
     stats = cap.stop()
     t_first = first_packet_time(out / fname)
     kdc_log = (kdc["dir"] / "krb5kdc.log").read_text(errors="replace")

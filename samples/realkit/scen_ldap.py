@@ -14,7 +14,8 @@ from pathlib import Path
 import ldap3
 from ldap3.core.exceptions import LDAPException
 
-from .core import ALL_DETECTORS, Capture, Lab, deb_version, first_packet_time, log, wait_for
+from .core import (ALL_DETECTORS, Capture, Lab, deb_version, first_packet_time, join_all, log,
+                   start_threads, wait_for)
 
 SLAPD = "10.77.0.89"
 BASE = "dc=corp,dc=example"
@@ -216,11 +217,7 @@ def run_toctou(lab: Lab, out: Path, healthy: bool, per_client: int = 15, think: 
             time.sleep(gaps[ci][k])
         c.unbind()
 
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    join_all(start_threads(worker, 2), 120)
     time.sleep(0.3)
     stats = cap.stop()
     with lan:

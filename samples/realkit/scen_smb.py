@@ -37,7 +37,8 @@ from smbprotocol.session import Session
 from smbprotocol.structure import BytesField, IntField, Structure
 from smbprotocol.tree import TreeConnect
 
-from .core import ALL_DETECTORS, Capture, Lab, deb_version, first_packet_time, log, wait_for
+from .core import (ALL_DETECTORS, Capture, Lab, deb_version, first_packet_time, join_all, log,
+                   start_threads, wait_for)
 
 SMBD = "10.77.0.45"
 SHARE = "data"
@@ -509,11 +510,7 @@ def run_queue(lab: Lab, out: Path, healthy: bool, waiters: int = 4, ack_delay: f
         time.sleep(max(0.0, t_go + i * spacing - time.time()))
         handles[i], recs[i] = others[i].open(path, READ, CreateDisposition.FILE_OPEN, SHARE_ALL)
 
-    ths = [threading.Thread(target=waiter, args=(i,), daemon=True) for i in range(waiters)]
-    for t in ths:
-        t.start()
-    for t in ths:
-        t.join(60)
+    join_all(start_threads(waiter, waiters), 60)
     for i, h in enumerate(handles):
         if h is not None:
             h.read(0, 64)

@@ -110,7 +110,7 @@ def judge(record: dict, findings: pl.DataFrame, first: int | None, errors: dict,
         hits = gt.matches(findings, e, first)
         out["expects"].append({"detector": e["detector"], "kind": e.get("kind"), "start_s": e["start_s"],
                                "pathology": scored(e), "hit": hits.height > 0, "hits": hits.height,
-                               "count_ok": gt.count_ok(hits, e), "resource_ok": gt.resource_ok(hits, e),
+                               "count_ok": gt.count_ok(hits, e),
                                "worst": gt.worst(hits),   # and below min_severity: what it was called instead
                                "near_worst": gt.worst(gt.near(findings, e, first))})
     # silent: nothing >= --severity (>= --healthy-severity on a healthy twin); below_high: nothing >= high
