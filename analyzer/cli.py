@@ -450,7 +450,7 @@ def _write_scan(results, frames, fmt, fail_on, output, quiet) -> None:
 @click.option("--tshark/--no-tshark", "use_tshark", default=True, show_default=True,
               help="summarise the evidence frames with tshark when it is installed")
 def show(finding_id, files, detector_list, config_path, sets, fmt, use_tshark) -> int:
-    from .show import check_id, find_finding, print_finding, tshark_summaries
+    from detectors.show import check_id, find_finding, print_finding, tshark_summaries
 
     cfg = scan_config(config_path, sets, detector_list, None)
     why = check_id(finding_id)

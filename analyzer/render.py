@@ -55,7 +55,7 @@ def _time_resolution(s: dict) -> str:
         return (f"{text}; effective tick cannot be told from {samples} timestamp difference"
                 f"{'s' if samples != 1 else ''} (at least {MIN_DIFFERENCES} needed), the declared one is assumed")
     if any(i.get("effective_resolution_ns", 0) > i["ts_resolution_ns"] for i in s["interfaces"]):
-        from detectors.base import fmt_ns
+        from .durations import fmt_ns
 
         return (f"{text}, but the timestamps move in {fmt_ns(effective)} ticks (the effective resolution, from "
                 f"{samples:,} timestamp differences): nothing shorter than {fmt_ns(effective)} can be seen")
@@ -67,7 +67,7 @@ def _tick_of(iface: dict) -> str:
     effective = iface.get("effective_resolution_ns")
     if effective is None or effective == iface["ts_resolution_ns"]:
         return ""
-    from detectors.base import fmt_ns
+    from .durations import fmt_ns
 
     return f", timestamps tick in {fmt_ns(effective)}"
 
@@ -78,7 +78,7 @@ def _tick_duration(ns: float, res_ns: float | None) -> str:
 
     if not is_limited(ns, res_ns):
         return _duration(ns / 1e9)
-    from detectors.base import fmt_limited
+    from .durations import fmt_limited
 
     return fmt_limited(ns, res_ns)
 

@@ -230,7 +230,7 @@ def outcome_rules() -> list[tuple[str, str, str]]:
     """(protocol, what counts as an error, when a request counts as unanswered), read from the decoders'
     code tables and parameters (analyzer/decoders/*: the rules live there; this is their summary for
     ``stats --help`` and the README, which tests/test_stats.py holds to this text)."""
-    from detectors.base import fmt_ns
+    from .durations import fmt_ns
 
     from .decoders import dns, kerberos, ldap, ntstatus
 
@@ -298,7 +298,7 @@ def render_table(stats: pl.DataFrame, title: str, console=None) -> None:
     from rich import box
     from rich.table import Table
 
-    from detectors.base import fmt_ns
+    from .durations import fmt_ns
 
     from .render import console as make_console
 

@@ -31,8 +31,9 @@ import hashlib
 import json
 from typing import Iterable
 
-import numpy as np
 import polars as pl
+
+from analyzer.durations import fmt_limited, fmt_ns  # noqa: F401 - the detectors' wording helpers
 
 SEVERITIES = ("informational", "low", "medium", "high", "critical")
 SEVERITY = pl.Enum(list(SEVERITIES))
@@ -225,29 +226,6 @@ def client_identity(requests: pl.DataFrame, *, addr: str = "client", port: str =
 def evidence(frames: pl.Expr) -> pl.Expr:
     """Aggregate frame numbers into the evidence list (use inside ``group_by().agg``)."""
     return frames.cast(pl.UInt32).unique().sort().alias("evidence_frames")
-
-
-def fmt_ns(ns: float | int | None) -> str:
-    """A duration for an explanation: 42 µs, 3.1 ms, 1.25 s."""
-    if ns is None or (isinstance(ns, float) and np.isnan(ns)):
-        return "n/a"
-    ns = float(ns)
-    if ns < 999.5:  # thresholds at the rounding point: 999,999 ns is "1 ms", not "1e+03 µs"
-        return f"{ns:.0f} ns"
-    if ns < 999_500:
-        return f"{ns / 1e3:.3g} µs"
-    if ns < 999_500_000:
-        return f"{ns / 1e6:.3g} ms"
-    return f"{ns / 1e9:.3g} s"
-
-
-def fmt_limited(ns: float | int | None, res_ns: float | None) -> str:
-    """:func:`fmt_ns`, honest about the timestamp tick ``res_ns`` (use :func:`resolution_ns`): a
-    duration shorter than one tick reads "< 10 ms (the capture's timestamp tick)", one within ten
-    ticks "~30 ms (± the 10 ms timestamp tick)"; at or below 1 ns ticks, plain :func:`fmt_ns`."""
-    from analyzer.resolution import limited_text
-
-    return limited_text(ns, res_ns, fmt_ns)
 
 
 # -- shared by the transaction detectors (herd, retry_storm, ...) -----------------------------------

@@ -137,7 +137,7 @@ def test_help_never_sends_the_user_into_a_source_file(command, capsys):
 
 @pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark is not installed")
 def test_show_says_why_a_piped_capture_has_no_tshark_summary(tmp_path, monkeypatch, capsys):
-    from analyzer.show import tshark_summaries
+    from detectors.show import tshark_summaries
 
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)

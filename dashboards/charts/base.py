@@ -107,14 +107,10 @@ def x_scale(view, t0_ns) -> alt.Scale:
 
 
 def fmt_duration_ns(ns: float) -> str:
-    ns = float(ns)
-    if ns < 1_000:
-        return f"{ns:.0f} ns"
-    if ns < 1_000_000:
-        return f"{ns / 1e3:.3g} µs"
-    if ns < 1_000_000_000:
-        return f"{ns / 1e6:.3g} ms"
-    return f"{ns / 1e9:.3g} s"
+    """The same words as the explanations (:func:`analyzer.durations.fmt_ns`)."""
+    from analyzer.durations import fmt_ns
+
+    return fmt_ns(ns)
 
 
 def thin(frame: pl.DataFrame, max_rows: int = MAX_ROWS, keep: pl.Expr | None = None,

@@ -31,7 +31,7 @@ def find_finding(cap, files, finding_id: str, cfg) -> tuple[dict, list[dict]] | 
     from detectors import run
     from detectors.base import uncapped_evidence
 
-    from .scan import finding_records
+    from analyzer.scan import finding_records
 
     why = check_id(finding_id)
     if why:
@@ -58,7 +58,7 @@ def tshark_summaries(record: dict) -> list[dict] | None:
     tshark = shutil.which("tshark")
     if tshark is None:
         return None
-    from .scan import wireshark_filter
+    from analyzer.scan import wireshark_filter
 
     out = []
     for e in record["evidence"]:
@@ -97,8 +97,8 @@ def _parameters_text(record: dict) -> str:
 def print_finding(record: dict, members: list[dict], summaries: list[dict] | None, console=None) -> None:
     from rich.markup import escape as esc
 
-    from .render import console as make_console
-    from .scan import _num, wireshark_command
+    from analyzer.render import console as make_console
+    from analyzer.scan import _num, wireshark_command
 
     console = console or make_console()
     console.print(f"[bold]{esc(record['detector'])}/{esc(record['kind'])} {record['finding_id']}[/bold] "
