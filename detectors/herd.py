@@ -404,9 +404,10 @@ def _explain(r: dict, res_ns: float) -> str:
         what = f"{what} {op}"
     head = f"{r['clients']} clients {_verb(proto, op, r['ttl_s'] is not None)} {what} at {r['server']} {within}"
     if r["ttl_s"] is not None:
-        share = f"; {r['ttl_share'] * 100:.0f} % of them right when their own cached answer ran out" \
+        share = f"; {r['ttl_share'] * 100:.0f} % of them right when their own cached answer expired" \
             if r["ttl_share"] is not None else ""
-        trigger = f" of its TTL expiring (TTL {r['ttl_s']} s{share})"
+        # the span is how long the herd lasted, not how close to the expiry it came: say them apart
+        trigger = f", when its TTL ran out (TTL {r['ttl_s']} s{share})"
     elif r["failures_before"]:
         trigger = (f", right after {r['failures_before']} failed or unanswered request(s) for it in the "
                    f"preceding {fmt_ns(r['failures_since_ns'])} (clients coming back together after a failure)")

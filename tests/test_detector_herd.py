@@ -66,7 +66,7 @@ def test_ttl_herd_fires_with_trigger_and_numbers():
     assert r["start_ns"] == herd_t and r["end_ns"] == herd_t + 22 * MS
     assert r["client_identity"] == "address" and r["server"] == "10.0.0.53"
     assert r["evidence_total"] == 12
-    assert "TTL expiring (TTL 10 s" in r["explanation"]
+    assert "when its TTL ran out (TTL 10 s" in r["explanation"]
     assert "12 clients re-queried api.corp.example A" in r["explanation"]
     assert "22 ms" in r["explanation"]
     # latency 0.2 ms -> 40 ms (200x, capped 100x): impact 12 x 100 -> critical
@@ -311,7 +311,7 @@ def test_one_node_herd_is_judged_like_distinct_hosts(one_node, name, clients, ad
         in r["explanation"]
     assert "informational" not in r["explanation"] and "busy client" not in r["explanation"]
     if kind == "dns":
-        assert "TTL expiring (TTL 60 s" in r["explanation"]
+        assert "TTL ran out (TTL 60 s" in r["explanation"]
     else:
         assert r["resource"] == "krbtgt/CORP.EXAMPLE.COM@CORP.EXAMPLE.COM"
         assert r["end_ns"] - r["start_ns"] <= 500 * MS
