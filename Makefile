@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
 	@echo "compiling herdscope's analysis kernels once (about a minute; later runs load them from the cache)"
-	$(BIN)/herdscope scan --quiet $(DEMO_CAPTURE) $(WARM_CAPTURES) || [ $$? -eq 1 ]
+	$(BIN)/herdscope scan --quiet --separate $(DEMO_CAPTURE) $(WARM_CAPTURES) || [ $$? -eq 1 ]
 	@touch $(STAMP)
 
 setup: $(STAMP)
