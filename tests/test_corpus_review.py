@@ -7,8 +7,7 @@ severity floor together with what tshark shows that makes it true (frame numbers
 or above (:func:`test_unpinned_corpus_capture_has_nothing_medium_or_worse`).
 
 Where a finding is true but its severity is out of proportion, the pin is only the floor that is true
-and the docstring says what is overstated (the detectors concerned are being reworked; see the review
-notes in each test). Findings that were false were fixed in the detector or are not in this corpus.
+and the docstring says what is overstated (see the review notes in each test). Findings that were false were fixed in the detector or are not in this corpus.
 
 Each capture is opened and analysed once per session (``_findings``).
 """

@@ -29,11 +29,6 @@ ROOT = Path(__file__).parent.parent
 SAMPLES = ROOT / "samples"
 EXAMPLES = 4  # pairs per parameter (derandomized: the same pairs on every run)
 
-# tcp_stall is being reworked by another change; its violations are reported there, not fixed here
-# (parameter -> why it is expected to fail until then).
-XFAIL: dict[tuple[str, str], str] = {}
-
-
 def _gated() -> list[tuple[str, dataclasses.Field]]:
     out = []
     for name, module in detectors.available().items():
@@ -142,13 +137,7 @@ def violations(looser: dict, stricter: dict) -> list[str]:
     return out
 
 
-def _case(name: str, f: dataclasses.Field):
-    reason = XFAIL.get((name, f.name))
-    marks = [pytest.mark.xfail(reason=reason, strict=False)] if reason else []
-    return pytest.param(name, f, id=f"{name}.{f.name}", marks=marks)
-
-
-@pytest.mark.parametrize("name, field", [_case(n, f) for n, f in GATED])
+@pytest.mark.parametrize("name, field", [pytest.param(n, f, id=f"{n}.{f.name}") for n, f in GATED])
 def test_gate_is_monotonic(captures, name, field):
     gate = spec_of(field).gate
 
