@@ -20,29 +20,29 @@ import numpy as np
 import polars as pl
 from numba import njit
 
-from .schema import Column, _col
+from .schema import Column, column
 
 TRANSPORTS = pl.Enum(["udp", "tcp"])
 
 MESSAGE_COLUMNS: tuple[Column, ...] = (
-    _col("transport", object, "udp or tcp", polars=TRANSPORTS),
-    _col("flow", np.uint32, "UDP: dense id of the (client, client port, server, server port) flow; "
+    column("transport", object, "udp or tcp", polars=TRANSPORTS),
+    column("flow", np.uint32, "UDP: dense id of the (client, client port, server, server port) flow; "
          "TCP: the connection id of the connections frame"),
-    _col("from_client", np.bool_, "sent by the client (towards the service port)"),
-    _col("src", object, "source address"),
-    _col("dst", object, "destination address"),
-    _col("sport", np.uint16, "source port"),
-    _col("dport", np.uint16, "destination port"),
-    _col("frame_first", np.uint32, "frame number of the first packet carrying the message"),
-    _col("frame_last", np.uint32, "frame number of the last packet carrying the message (where Wireshark "
+    column("from_client", np.bool_, "sent by the client (towards the service port)"),
+    column("src", object, "source address"),
+    column("dst", object, "destination address"),
+    column("sport", np.uint16, "source port"),
+    column("dport", np.uint16, "destination port"),
+    column("frame_first", np.uint32, "frame number of the first packet carrying the message"),
+    column("frame_last", np.uint32, "frame number of the last packet carrying the message (where Wireshark "
          "shows the reassembled message)"),
-    _col("ts_first_ns", np.int64, "time of the first packet of the message"),
-    _col("ts_last_ns", np.int64, "time of the last packet of the message"),
-    _col("offset", np.int64, "offset of the message's first byte in the message set's buffer"),
-    _col("length", np.uint32, "bytes of the message available in the buffer"),
-    _col("wire_length", np.uint32, "bytes the message has on the wire (more than length when the "
+    column("ts_first_ns", np.int64, "time of the first packet of the message"),
+    column("ts_last_ns", np.int64, "time of the last packet of the message"),
+    column("offset", np.int64, "offset of the message's first byte in the message set's buffer"),
+    column("length", np.uint32, "bytes of the message available in the buffer"),
+    column("wire_length", np.uint32, "bytes the message has on the wire (more than length when the "
          "snapshot length or a missing fragment/segment cut it)"),
-    _col("complete", np.bool_, "every byte of the message was captured (length may still be shorter when a "
+    column("complete", np.bool_, "every byte of the message was captured (length may still be shorter when a "
          "framing copies only a message's first bytes, e.g. the header of a 1 MiB SMB2 WRITE)"),
 )
 

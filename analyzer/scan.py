@@ -37,7 +37,7 @@ from xml.sax.saxutils import escape, quoteattr
 import polars as pl
 
 from . import __version__
-from .summary import _iso
+from .summary import iso_time
 
 FORMATS = ("table", "json", "ndjson", "parquet", "junit")
 
@@ -114,7 +114,7 @@ def capture_summary(cap, files: list[str], findings: pl.DataFrame, detector_name
     damage = [{"file": f, "reason": r.damage, "offset": r.stop_offset, "bytes_not_read": r.bytes_not_read}
               for f, r in getattr(cap, "reports", [(cap.path, cap.report)]) if r.damage is not None]
     return {
-        "files": files, "packets": p.height, "first_time": _iso(first), "last_time": _iso(last),
+        "files": files, "packets": p.height, "first_time": iso_time(first), "last_time": iso_time(last),
         "duration_s": (last - first) / 1e9 if p.height else 0.0, "ts_resolution_ns": _int_if_whole(resolution_ns(cap)),
         "detectors": detector_names, "findings": {s: int(counts.get(s, 0)) for s in SEVERITIES},
         "damage": damage or None, "selection": cap.selection,
@@ -129,8 +129,8 @@ def finding_records(findings: pl.DataFrame, capture_label: str, cap=None) -> lis
         r = dict(r)
         r["severity"] = str(r["severity"])
         r["parameters"] = json.loads(r["parameters"]) if r["parameters"] else {}
-        r["start_time"] = _iso(r["start_ns"])
-        r["end_time"] = _iso(r["end_ns"])
+        r["start_time"] = iso_time(r["start_ns"])
+        r["end_time"] = iso_time(r["end_ns"])
         r["capture"] = capture_label
         frames = r["evidence_frames"] or []
         r["evidence"] = cap.frames_by_file(frames) if cap is not None else (
@@ -242,8 +242,8 @@ def render_table(results: list[tuple[dict, list[dict]]], fail_on: str, console=N
                       f"detectors: {', '.join(summary['detectors'])}")
         sel = summary.get("selection")
         if sel:
-            parts = [f"from {_iso(sel['start_ns'])}" if sel["start_ns"] is not None else "",
-                     f"to {_iso(sel['end_ns'])}" if sel["end_ns"] is not None else "",
+            parts = [f"from {iso_time(sel['start_ns'])}" if sel["start_ns"] is not None else "",
+                     f"to {iso_time(sel['end_ns'])}" if sel["end_ns"] is not None else "",
                      f"hosts {', '.join(sel['hosts'])}" if sel["hosts"] else "",
                      f"ports {', '.join(map(str, sel['ports']))}" if sel["ports"] else ""]
             console.print(f"  selected {sel['packets_selected']:,} of {sel['packets_total']:,} packets "

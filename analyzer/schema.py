@@ -65,53 +65,53 @@ class Column:
     polars: pl.DataType | None = None  # overrides the Polars type derived from dtype
 
 
-def _col(name, dtype, description, present=None, polars=None):
+def column(name, dtype, description, present=None, polars=None):
     return Column(name, dtype, description, present, polars)
 
 
 # The packets frame: one row per record, in file order.  Order here is column order.
 PACKET_COLUMNS: tuple[Column, ...] = (
-    _col("frame", np.uint32, "Wireshark's frame number: 1-based record index in the file"),
-    _col("ts_ns", np.int64, "capture timestamp, ns since the Unix epoch (UTC), interface offset applied"),
-    _col("iface", np.uint16, "interface index (pcapng: global across sections; pcap: 0)"),
-    _col("caplen", np.uint32, "bytes captured for this record"),
-    _col("wirelen", np.uint32, "bytes on the wire (original length)"),
-    _col("parse_status", np.uint8, "how far header decoding got (ParseStatus name)",
+    column("frame", np.uint32, "Wireshark's frame number: 1-based record index in the file"),
+    column("ts_ns", np.int64, "capture timestamp, ns since the Unix epoch (UTC), interface offset applied"),
+    column("iface", np.uint16, "interface index (pcapng: global across sections; pcap: 0)"),
+    column("caplen", np.uint32, "bytes captured for this record"),
+    column("wirelen", np.uint32, "bytes on the wire (original length)"),
+    column("parse_status", np.uint8, "how far header decoding got (ParseStatus name)",
          polars=pl.Enum(PARSE_STATUS_NAMES)),
-    _col("vlan", np.uint16, "innermost 802.1Q/802.1ad VLAN id", Present.VLAN),
-    _col("ethertype", np.uint16, "network-layer protocol: EtherType (0x0800 IPv4, 0x86dd IPv6, ...)"),
-    _col("src", np.uint32, "source IP address (text; IPv6 first-class)", Present.IP),
-    _col("dst", np.uint32, "destination IP address (text)", Present.IP),
-    _col("ip_proto", np.uint8, "IP protocol / IPv6 upper-layer next header (6 TCP, 17 UDP, 1 ICMP, 58 ICMPv6)",
+    column("vlan", np.uint16, "innermost 802.1Q/802.1ad VLAN id", Present.VLAN),
+    column("ethertype", np.uint16, "network-layer protocol: EtherType (0x0800 IPv4, 0x86dd IPv6, ...)"),
+    column("src", np.uint32, "source IP address (text; IPv6 first-class)", Present.IP),
+    column("dst", np.uint32, "destination IP address (text)", Present.IP),
+    column("ip_proto", np.uint8, "IP protocol / IPv6 upper-layer next header (6 TCP, 17 UDP, 1 ICMP, 58 ICMPv6)",
          Present.IP),
-    _col("ttl", np.uint8, "IPv4 TTL or IPv6 hop limit", Present.IP),
-    _col("ip_id", np.uint32, "IPv4 identification, or IPv6 fragment-header identification", Present.IP),
-    _col("frag_offset", np.uint16, "fragment offset in bytes (0 for first fragments and whole datagrams)",
+    column("ttl", np.uint8, "IPv4 TTL or IPv6 hop limit", Present.IP),
+    column("ip_id", np.uint32, "IPv4 identification, or IPv6 fragment-header identification", Present.IP),
+    column("frag_offset", np.uint16, "fragment offset in bytes (0 for first fragments and whole datagrams)",
          Present.IP),
-    _col("ip_flags", np.uint8, "bit 0: more fragments (MF/M); bit 1: don't fragment (IPv4 DF)", Present.IP),
-    _col("sport", np.uint16, "TCP/UDP source port", Present.L4),
-    _col("dport", np.uint16, "TCP/UDP destination port", Present.L4),
-    _col("tcp_flags", np.uint16, "TCP flags, 12 bits as Wireshark's tcp.flags: FIN 0x01 SYN 0x02 RST 0x04 "
+    column("ip_flags", np.uint8, "bit 0: more fragments (MF/M); bit 1: don't fragment (IPv4 DF)", Present.IP),
+    column("sport", np.uint16, "TCP/UDP source port", Present.L4),
+    column("dport", np.uint16, "TCP/UDP destination port", Present.L4),
+    column("tcp_flags", np.uint16, "TCP flags, 12 bits as Wireshark's tcp.flags: FIN 0x01 SYN 0x02 RST 0x04 "
          "PSH 0x08 ACK 0x10 URG 0x20 ECE 0x40 CWR 0x80 AE(NS) 0x100, reserved 0xE00", Present.TCP),
-    _col("seq", np.uint32, "TCP sequence number (absolute, as on the wire)", Present.TCP),
-    _col("ack", np.uint32, "TCP acknowledgment number (absolute)", Present.TCP),
-    _col("window", np.uint16, "TCP window field, unscaled", Present.TCP),
-    _col("mss", np.uint16, "TCP MSS option value", Present.MSS),
-    _col("wscale", np.uint8, "TCP window-scale option shift count", Present.WSCALE),
-    _col("sack_perm", np.bool_, "TCP SACK-permitted option seen", Present.TCP),
-    _col("sack_blocks", np.uint8, "number of TCP SACK blocks (the blocks are in the tcp_sack frame)",
+    column("seq", np.uint32, "TCP sequence number (absolute, as on the wire)", Present.TCP),
+    column("ack", np.uint32, "TCP acknowledgment number (absolute)", Present.TCP),
+    column("window", np.uint16, "TCP window field, unscaled", Present.TCP),
+    column("mss", np.uint16, "TCP MSS option value", Present.MSS),
+    column("wscale", np.uint8, "TCP window-scale option shift count", Present.WSCALE),
+    column("sack_perm", np.bool_, "TCP SACK-permitted option seen", Present.TCP),
+    column("sack_blocks", np.uint8, "number of TCP SACK blocks (the blocks are in the tcp_sack frame)",
          Present.TCP),
-    _col("ts_val", np.uint32, "TCP timestamps option TSval", Present.TSOPT),
-    _col("ts_ecr", np.uint32, "TCP timestamps option TSecr", Present.TSOPT),
-    _col("icmp_type", np.uint8, "ICMP/ICMPv6 type", Present.ICMP),
-    _col("icmp_code", np.uint8, "ICMP/ICMPv6 code", Present.ICMP),
-    _col("l4_hdr_len", np.uint8, "transport header length in bytes (TCP data offset x 4, UDP/ICMP 8)",
+    column("ts_val", np.uint32, "TCP timestamps option TSval", Present.TSOPT),
+    column("ts_ecr", np.uint32, "TCP timestamps option TSecr", Present.TSOPT),
+    column("icmp_type", np.uint8, "ICMP/ICMPv6 type", Present.ICMP),
+    column("icmp_code", np.uint8, "ICMP/ICMPv6 code", Present.ICMP),
+    column("l4_hdr_len", np.uint8, "transport header length in bytes (TCP data offset x 4, UDP/ICMP 8)",
          Present.L4),
-    _col("payload_offset", np.int64, "file offset of the transport payload (IP payload when no transport "
+    column("payload_offset", np.int64, "file offset of the transport payload (IP payload when no transport "
          "header) in the capture buffer", Present.PAYLOAD),
-    _col("payload_len", np.uint32, "payload bytes this packet carries per its IP/UDP length fields "
+    column("payload_len", np.uint32, "payload bytes this packet carries per its IP/UDP length fields "
          "(Wireshark's tcp.len for TCP); may exceed what was captured", Present.PAYLOAD),
-    _col("payload_caplen", np.uint32, "payload bytes actually in the file (payload_len cut by the snapshot "
+    column("payload_caplen", np.uint32, "payload bytes actually in the file (payload_len cut by the snapshot "
          "length)", Present.PAYLOAD),
 )
 
@@ -119,38 +119,38 @@ PACKET_COLUMNS: tuple[Column, ...] = (
 PACKET_SCRATCH = ("present",)
 
 TCP_SACK_COLUMNS: tuple[Column, ...] = (
-    _col("frame", np.uint32, "frame number of the segment carrying the SACK option"),
-    _col("block", np.uint8, "index of the block within the option (0-based)"),
-    _col("left", np.uint32, "left edge of the SACK block (absolute sequence number)"),
-    _col("right", np.uint32, "right edge of the SACK block (absolute sequence number, exclusive)"),
+    column("frame", np.uint32, "frame number of the segment carrying the SACK option"),
+    column("block", np.uint8, "index of the block within the option (0-based)"),
+    column("left", np.uint32, "left edge of the SACK block (absolute sequence number)"),
+    column("right", np.uint32, "right edge of the SACK block (absolute sequence number, exclusive)"),
 )
 
 ICMP_ERROR_COLUMNS: tuple[Column, ...] = (
-    _col("frame", np.uint32, "frame number of the ICMP/ICMPv6 error message"),
-    _col("icmp_type", np.uint8, "ICMP type (3 unreachable, 11 time exceeded, ...; ICMPv6 1-4)"),
-    _col("icmp_code", np.uint8, "ICMP code (e.g. 3 port unreachable)"),
-    _col("inner_src", np.uint32, "source address of the datagram that caused the error"),
-    _col("inner_dst", np.uint32, "destination address of the datagram that caused the error"),
-    _col("inner_proto", np.uint8, "IP protocol of the quoted datagram"),
-    _col("inner_sport", np.uint16, "source port of the quoted datagram (0 when not TCP/UDP or cut)"),
-    _col("inner_dport", np.uint16, "destination port of the quoted datagram (0 when not TCP/UDP or cut)"),
+    column("frame", np.uint32, "frame number of the ICMP/ICMPv6 error message"),
+    column("icmp_type", np.uint8, "ICMP type (3 unreachable, 11 time exceeded, ...; ICMPv6 1-4)"),
+    column("icmp_code", np.uint8, "ICMP code (e.g. 3 port unreachable)"),
+    column("inner_src", np.uint32, "source address of the datagram that caused the error"),
+    column("inner_dst", np.uint32, "destination address of the datagram that caused the error"),
+    column("inner_proto", np.uint8, "IP protocol of the quoted datagram"),
+    column("inner_sport", np.uint16, "source port of the quoted datagram (0 when not TCP/UDP or cut)"),
+    column("inner_dport", np.uint16, "destination port of the quoted datagram (0 when not TCP/UDP or cut)"),
 )
 
 INTERFACE_COLUMNS: tuple[Column, ...] = (
-    _col("iface", np.uint16, "interface index, as in packets.iface"),
-    _col("section", np.uint16, "pcapng section number (0-based; 0 for pcap)"),
-    _col("linktype", np.int32, "LINKTYPE_ value of the interface"),
-    _col("snaplen", np.uint32, "snapshot length (0 = unlimited)"),
-    _col("ts_resolution_ns", np.float64, "timestamp resolution the file declares for the interface, ns per "
+    column("iface", np.uint16, "interface index, as in packets.iface"),
+    column("section", np.uint16, "pcapng section number (0-based; 0 for pcap)"),
+    column("linktype", np.int32, "LINKTYPE_ value of the interface"),
+    column("snaplen", np.uint32, "snapshot length (0 = unlimited)"),
+    column("ts_resolution_ns", np.float64, "timestamp resolution the file declares for the interface, ns per "
          "tick (pcap magic, pcapng if_tsresol)"),
-    _col("ts_offset_s", np.int64, "if_tsoffset: seconds added to every timestamp"),
-    _col("name", object, "if_name (or if_description) of the interface, when the file gives one",
+    column("ts_offset_s", np.int64, "if_tsoffset: seconds added to every timestamp"),
+    column("name", object, "if_name (or if_description) of the interface, when the file gives one",
          polars=pl.String),
-    _col("linktype_name", object, "name of the link type, as capinfos prints it", polars=pl.String),
-    _col("effective_resolution_ns", np.float64, "the tick the interface's timestamps really have, ns: the "
+    column("linktype_name", object, "name of the link type, as capinfos prints it", polars=pl.String),
+    column("effective_resolution_ns", np.float64, "the tick the interface's timestamps really have, ns: the "
          "coarser of ts_resolution_ns and the tick inferred from the data (analyzer/resolution.py); "
          "ts_resolution_ns when there are too few timestamps to tell"),
-    _col("effective_resolution_samples", np.int64, "nonzero differences between the interface's consecutive "
+    column("effective_resolution_samples", np.int64, "nonzero differences between the interface's consecutive "
          "packet timestamps the effective resolution was inferred from (fewer than "
          "resolution.MIN_DIFFERENCES: not inferred)"),
 )

@@ -45,7 +45,7 @@ SERVICES = {
 TRANSPORTS = {6: "tcp", 17: "udp", 1: "icmp", 58: "icmpv6", 47: "gre", 50: "esp", 132: "sctp"}
 
 
-def _iso(ns: int | None) -> str | None:
+def iso_time(ns: int | None) -> str | None:
     if ns is None:
         return None
     secs, frac = divmod(int(ns), 1_000_000_000)
@@ -153,8 +153,8 @@ def summarize(cap: Capture) -> dict:
         "wire_bytes": int(p["wirelen"].sum()),
         "first_ts": first,
         "last_ts": last,
-        "first_time": _iso(first),
-        "last_time": _iso(last),
+        "first_time": iso_time(first),
+        "last_time": iso_time(last),
         "duration_s": (last - first) / 1e9 if p.height else 0.0,
         "ts_resolution_ns": float(ifaces["ts_resolution_ns"].min()) if ifaces.height else None,
         "effective_resolution_ns": capture_tick(ifaces),

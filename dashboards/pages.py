@@ -17,7 +17,7 @@ import zipfile
 import polars as pl
 import streamlit as st
 
-from analyzer.summary import _iso
+from analyzer.summary import iso_time
 from detectors import top_level
 from detectors.base import SEVERITIES
 
@@ -259,7 +259,7 @@ def finding_detail(ld: D.Loaded, row: dict, found: pl.DataFrame) -> None:
     m[3].metric("Evidence frames", f"{row['evidence_total'] or 0:,}")
     facts = {
         "when": f"{(row['start_ns'] - ld.t0_ns) / 1e9:.6f} s .. {(row['end_ns'] - ld.t0_ns) / 1e9:.6f} s "
-                f"({_iso(row['start_ns'])} .. {_iso(row['end_ns'])})",
+                f"({iso_time(row['start_ns'])} .. {iso_time(row['end_ns'])})",
         "client": row["client"] or "—", "server": row["server"] or "—", "resource": row["resource"] or "—",
         "finding id": row["finding_id"],
     }

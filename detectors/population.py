@@ -265,7 +265,7 @@ def _num(x: float | None, unit: str) -> str:
 
 
 def _explain(g: dict, decl: dict, p: Params) -> str:
-    from analyzer.summary import _iso
+    from analyzer.summary import iso_time
 
     what = f"{g['detector']}/{g['kind']}"
     services = g["_services"]
@@ -292,7 +292,7 @@ def _explain(g: dict, decl: dict, p: Params) -> str:
     if g["_aggregate"] is not None:
         t += (f": together the service takes {_num(g['_aggregate'], unit)} "
               f"({g['_metric']}) from them")
-    t += (f"; from {_iso(g['start_ns'])} to {_iso(g['end_ns'])} ({fmt_ns(g['end_ns'] - g['start_ns'])}); "
+    t += (f"; from {iso_time(g['start_ns'])} to {iso_time(g['end_ns'])} ({fmt_ns(g['end_ns'] - g['start_ns'])}); "
           f"median member {_num(g['_median'], unit)}, worst {_num(g['_worst_value'], unit)} "
           f"({g['_worst_severity']}, finding {g['_worst_id']}")
     if g["_worst_client"]:

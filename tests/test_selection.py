@@ -8,7 +8,7 @@ import pytest
 
 from analyzer import open_capture
 from analyzer.cli import ExitCode, main
-from analyzer.summary import _iso
+from analyzer.summary import iso_time
 from analyzer.selection import Selection, SelectionError, apply, parse_time
 from detectors import run
 
@@ -33,7 +33,7 @@ def test_time_selection_keeps_only_the_herd_inside_it(capsys):
     # the same window as absolute ISO times
     with open_capture(HERD) as cap:
         t0 = int(cap.packets["ts_ns"].min())
-    doc2 = _scan(capsys, "--start", _iso(t0 + 20 * 10**9), "--end", _iso(t0 + 30 * 10**9))
+    doc2 = _scan(capsys, "--start", iso_time(t0 + 20 * 10**9), "--end", iso_time(t0 + 30 * 10**9))
     assert doc2["captures"][0]["selection"]["packets_selected"] == sel["packets_selected"]
 
 

@@ -29,6 +29,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .text import HEX_DIGITS
+
 # --- statuses (decode_error reasons) -------------------------------------------------------------
 # Constants handed to kernels are np.int64, not int: Numba compiles a separate specialisation of a
 # function for every distinct *literal* int argument, which multiplied the cold compile time.
@@ -481,7 +483,6 @@ def stack_sets(sets, parts):
 
 
 # --- UTF-8 text ------------------------------------------------------------------------------------
-_HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8).copy()
 TEXT = np.int64(0)  # put_utf8 mode: escape as \xNN (what text.put_escaped writes), for names, DNs, messages
 FILTER_VALUE = np.int64(1)  # put_utf8 mode: RFC 4515 §3 escaping (\NN) of NUL ( ) * \ and of unprintables
 
@@ -555,8 +556,8 @@ def put_utf8(arena, pos, src, start, n, mode):
         arena[pos] = 0x5C
         if mode == TEXT:
             arena[pos + 1] = 0x78
-        arena[pos + w - 2] = _HEX[b >> 4]
-        arena[pos + w - 1] = _HEX[b & 15]
+        arena[pos + w - 2] = HEX_DIGITS[b >> 4]
+        arena[pos + w - 1] = HEX_DIGITS[b & 15]
         pos += w
         p += 1
     return pos

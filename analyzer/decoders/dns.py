@@ -86,7 +86,7 @@ from ..capture import frame_builder
 from ..columns import enum_from_codes, series
 from ..messages import KEPT_COLUMNS, message_sets as shared_message_sets
 from ..messages import TRANSPORTS, MessageSet
-from ..schema import FRAMES, Column, _col, empty_frame
+from ..schema import FRAMES, Column, column, empty_frame
 from . import dns_kernels as k
 from .common import TRANSACTION_COMMON
 from .text import arena_strings
@@ -148,68 +148,68 @@ DECODE_ERROR_ENUM = pl.Enum(DECODE_ERRORS)
 _STR = pl.String
 
 DECODED_COLUMNS: tuple[Column, ...] = (
-    _col("id", np.uint16, "ID (RFC 1035 §4.1.1); null when the header is cut"),
-    _col("qr", np.bool_, "QR: the message is a response (§4.1.1)"),
-    _col("opcode", np.uint8, "OPCODE (§4.1.1): 0 QUERY, 4 NOTIFY, 5 UPDATE ..."),
-    _col("opcode_name", object, "OPCODE name (OPCODES; OPCODEn when unknown)", polars=_STR),
-    _col("aa", np.bool_, "AA: authoritative answer (§4.1.1)"),
-    _col("tc", np.bool_, "TC: truncated, the answer did not fit (§4.1.1)"),
-    _col("rd", np.bool_, "RD: recursion desired (§4.1.1)"),
-    _col("ra", np.bool_, "RA: recursion available (§4.1.1)"),
-    _col("z", np.bool_, "Z: the reserved flag bit (§4.1.1)"),
-    _col("ad", np.bool_, "AD: authentic data (RFC 4035 §3.2.3)"),
-    _col("cd", np.bool_, "CD: checking disabled (RFC 4035 §3.2.2)"),
-    _col("rcode", np.uint16, "full 12-bit RCODE: header RCODE (§4.1.1) | OPT extended RCODE << 4 "
+    column("id", np.uint16, "ID (RFC 1035 §4.1.1); null when the header is cut"),
+    column("qr", np.bool_, "QR: the message is a response (§4.1.1)"),
+    column("opcode", np.uint8, "OPCODE (§4.1.1): 0 QUERY, 4 NOTIFY, 5 UPDATE ..."),
+    column("opcode_name", object, "OPCODE name (OPCODES; OPCODEn when unknown)", polars=_STR),
+    column("aa", np.bool_, "AA: authoritative answer (§4.1.1)"),
+    column("tc", np.bool_, "TC: truncated, the answer did not fit (§4.1.1)"),
+    column("rd", np.bool_, "RD: recursion desired (§4.1.1)"),
+    column("ra", np.bool_, "RA: recursion available (§4.1.1)"),
+    column("z", np.bool_, "Z: the reserved flag bit (§4.1.1)"),
+    column("ad", np.bool_, "AD: authentic data (RFC 4035 §3.2.3)"),
+    column("cd", np.bool_, "CD: checking disabled (RFC 4035 §3.2.2)"),
+    column("rcode", np.uint16, "full 12-bit RCODE: header RCODE (§4.1.1) | OPT extended RCODE << 4 "
          "(RFC 6891 §6.1.3)"),
-    _col("rcode_name", object, "RCODE name (RCODES: NOERROR, NXDOMAIN, SERVFAIL ...; RCODEn when "
+    column("rcode_name", object, "RCODE name (RCODES: NOERROR, NXDOMAIN, SERVFAIL ...; RCODEn when "
          "unknown)", polars=_STR),
-    _col("qdcount", np.uint16, "QDCOUNT: entries in the question section (§4.1.1)"),
-    _col("ancount", np.uint16, "ANCOUNT: RRs in the answer section (§4.1.1)"),
-    _col("nscount", np.uint16, "NSCOUNT: RRs in the authority section (§4.1.1)"),
-    _col("arcount", np.uint16, "ARCOUNT: RRs in the additional section (§4.1.1)"),
-    _col("qname", object, "QNAME of the first question (§4.1.2), as Wireshark's dns.qry.name "
+    column("qdcount", np.uint16, "QDCOUNT: entries in the question section (§4.1.1)"),
+    column("ancount", np.uint16, "ANCOUNT: RRs in the answer section (§4.1.1)"),
+    column("nscount", np.uint16, "NSCOUNT: RRs in the authority section (§4.1.1)"),
+    column("arcount", np.uint16, "ARCOUNT: RRs in the additional section (§4.1.1)"),
+    column("qname", object, "QNAME of the first question (§4.1.2), as Wireshark's dns.qry.name "
          "(<Root> for the root; unprintable bytes \\xNN)", polars=_STR),
-    _col("qtype", np.uint16, "QTYPE of the first question (§4.1.2, §3.2.3)"),
-    _col("qtype_name", object, "QTYPE name (QTYPES: A, AAAA, PTR, ANY ...; TYPEn, RFC 3597 §5, when "
+    column("qtype", np.uint16, "QTYPE of the first question (§4.1.2, §3.2.3)"),
+    column("qtype_name", object, "QTYPE name (QTYPES: A, AAAA, PTR, ANY ...; TYPEn, RFC 3597 §5, when "
          "unknown)", polars=_STR),
-    _col("qclass", np.uint16, "QCLASS of the first question (§4.1.2, §3.2.5; 1 = IN)"),
-    _col("answer_ttl_min", np.uint32, "smallest TTL (§4.1.3) of the answer-section RRs; null when "
+    column("qclass", np.uint16, "QCLASS of the first question (§4.1.2, §3.2.5; 1 = IN)"),
+    column("answer_ttl_min", np.uint32, "smallest TTL (§4.1.3) of the answer-section RRs; null when "
          "none"),
-    _col("answers_of_qtype", np.uint16, "answer-section RRs whose TYPE is the question's (every RR "
+    column("answers_of_qtype", np.uint16, "answer-section RRs whose TYPE is the question's (every RR "
          "for ANY)"),
-    _col("negative_ttl", np.uint32, "negative-caching TTL of an NXDOMAIN/NODATA response: "
+    column("negative_ttl", np.uint32, "negative-caching TTL of an NXDOMAIN/NODATA response: "
          "min(SOA TTL, SOA MINIMUM) of the authority section's SOA (RFC 2308 §5); null otherwise"),
-    _col("edns", np.bool_, "an OPT pseudo-RR is in the additional section (RFC 6891 §6.1.1)"),
-    _col("edns_udp_size", np.uint16, "OPT CLASS: requestor's UDP payload size (RFC 6891 §6.1.2)"),
-    _col("edns_version", np.uint8, "OPT TTL bits 16-23: EDNS version (RFC 6891 §6.1.3)"),
-    _col("edns_do", np.bool_, "OPT DO bit: DNSSEC OK (RFC 3225 §3)"),
-    _col("decode_error", object, "null when the message decoded; otherwise the first problem "
+    column("edns", np.bool_, "an OPT pseudo-RR is in the additional section (RFC 6891 §6.1.1)"),
+    column("edns_udp_size", np.uint16, "OPT CLASS: requestor's UDP payload size (RFC 6891 §6.1.2)"),
+    column("edns_version", np.uint8, "OPT TTL bits 16-23: EDNS version (RFC 6891 §6.1.3)"),
+    column("edns_do", np.bool_, "OPT DO bit: DNSSEC OK (RFC 3225 §3)"),
+    column("decode_error", object, "null when the message decoded; otherwise the first problem "
          "(DECODE_ERRORS)", polars=DECODE_ERROR_ENUM),
 )
 
 PAIRING_COLUMNS: tuple[Column, ...] = (
-    _col("retransmission", np.bool_, "query repeated while unanswered, within the retransmission "
+    column("retransmission", np.bool_, "query repeated while unanswered, within the retransmission "
          "window (Wireshark's dns.retransmission on a query); null for responses"),
-    _col("duplicate_response", np.bool_, "a further response to an answered query "
+    column("duplicate_response", np.bool_, "a further response to an answered query "
          "(dns.retransmit_response); null for queries"),
-    _col("unsolicited", np.bool_, "a response matching no open query (dns.unsolicited), or later "
+    column("unsolicited", np.bool_, "a response matching no open query (dns.unsolicited), or later "
          "than Params.timeout_ns when one is set; null for queries"),
 )
 
 MESSAGE_COLUMNS: tuple[Column, ...] = KEPT_COLUMNS + DECODED_COLUMNS + PAIRING_COLUMNS
 
 TRANSACTION_COLUMNS: tuple[Column, ...] = TRANSACTION_COMMON + (
-    _col("id", np.uint16, "ID of the query (RFC 1035 §4.1.1)"),
-    _col("qtype", np.uint16, "QTYPE of the question (§4.1.2)"),
-    _col("rcode", np.uint16, "full RCODE of the answer (RFC 6891 §6.1.3); null when unanswered"),
-    _col("retries", np.uint32, "retransmissions of the query before the answer (or the timeout)"),
-    _col("duplicate_responses", np.uint32, "responses after the first one"),
-    _col("truncated", np.bool_, "the answer had TC=1 (§4.1.1); null when unanswered"),
-    _col("tc_retry_frame", np.uint32, "frame of the TCP query that retried a truncated UDP answer; "
+    column("id", np.uint16, "ID of the query (RFC 1035 §4.1.1)"),
+    column("qtype", np.uint16, "QTYPE of the question (§4.1.2)"),
+    column("rcode", np.uint16, "full RCODE of the answer (RFC 6891 §6.1.3); null when unanswered"),
+    column("retries", np.uint32, "retransmissions of the query before the answer (or the timeout)"),
+    column("duplicate_responses", np.uint32, "responses after the first one"),
+    column("truncated", np.bool_, "the answer had TC=1 (§4.1.1); null when unanswered"),
+    column("tc_retry_frame", np.uint32, "frame of the TCP query that retried a truncated UDP answer; "
          "null when none"),
-    _col("ancount", np.uint16, "ANCOUNT of the answer"),
-    _col("answer_ttl_min", np.uint32, "smallest answer TTL of the answer (§4.1.3)"),
-    _col("negative_ttl", np.uint32, "negative-caching TTL of the answer (RFC 2308 §5)"),
+    column("ancount", np.uint16, "ANCOUNT of the answer"),
+    column("answer_ttl_min", np.uint32, "smallest answer TTL of the answer (§4.1.3)"),
+    column("negative_ttl", np.uint32, "negative-caching TTL of the answer (RFC 2308 §5)"),
 )
 FRAMES.setdefault("dns_messages", MESSAGE_COLUMNS)  # descriptions for ``herdscope export``
 FRAMES.setdefault("dns_transactions", TRANSACTION_COLUMNS)

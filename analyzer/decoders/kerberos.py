@@ -39,7 +39,7 @@ from numba import njit
 
 from ..capture import frame_builder
 from ..messages import KEPT_COLUMNS, MessageSet, message_sets as shared_message_sets
-from ..schema import FRAMES, Column, _col, empty_frame, polars_type
+from ..schema import FRAMES, Column, column, empty_frame, polars_type
 from . import ber
 from .common import TRANSACTION_COMMON
 from .kerberos_kernels import (  # noqa: F401  (the kernels and their field layout)
@@ -102,75 +102,75 @@ PREAUTH_PADATA = {2: "PA-ENC-TIMESTAMP", 14: "PA-PK-AS-REQ_OLD", 16: "PA-PK-AS-R
 # --- columns -------------------------------------------------------------------------------------
 
 MESSAGE_COLUMNS: tuple[Column, ...] = KEPT_COLUMNS + (
-    _col("message", object, "message kind from the [APPLICATION n] tag (RFC 4120 §5.10): AS-REQ, AS-REP, "
+    column("message", object, "message kind from the [APPLICATION n] tag (RFC 4120 §5.10): AS-REQ, AS-REP, "
          "TGS-REQ, TGS-REP, AP-REQ, AP-REP, KRB-SAFE, KRB-PRIV, KRB-CRED, KRB-ERROR", polars=MESSAGE_ENUM),
-    _col("msg_type", np.int32, "msg-type field (RFC 4120 §5.4.1, §7.5.7); tshark kerberos.msg_type"),
-    _col("pvno", np.int32, "protocol version number, 5 (RFC 4120 §5.4.1)"),
-    _col("realm", object, "realm field: KDC-REQ-BODY realm (§5.4.1; the client's realm in an AS-REQ), the "
+    column("msg_type", np.int32, "msg-type field (RFC 4120 §5.4.1, §7.5.7); tshark kerberos.msg_type"),
+    column("pvno", np.int32, "protocol version number, 5 (RFC 4120 §5.4.1)"),
+    column("realm", object, "realm field: KDC-REQ-BODY realm (§5.4.1; the client's realm in an AS-REQ), the "
          "issued ticket's realm in a KDC-REP (§5.3), the service realm of a KRB-ERROR (§5.9.1), the "
          "ticket realm of an AP-REQ; tshark kerberos.realm (first occurrence)", polars=pl.String),
-    _col("crealm", object, "client realm of a KDC-REP or KRB-ERROR (§5.4.2, §5.9.1)", polars=pl.String),
-    _col("cname", object, "client name-string components joined with '/' (§5.2.2 PrincipalName): KDC-REQ-BODY "
+    column("crealm", object, "client realm of a KDC-REP or KRB-ERROR (§5.4.2, §5.9.1)", polars=pl.String),
+    column("cname", object, "client name-string components joined with '/' (§5.2.2 PrincipalName): KDC-REQ-BODY "
          "cname, KDC-REP cname, KRB-ERROR cname; tshark kerberos.CNameString", polars=pl.String),
-    _col("sname", object, "service name-string joined with '/': KDC-REQ-BODY sname, the issued ticket's sname "
+    column("sname", object, "service name-string joined with '/': KDC-REQ-BODY sname, the issued ticket's sname "
          "in a KDC-REP, KRB-ERROR sname, the ticket's sname in an AP-REQ; tshark kerberos.SNameString",
          polars=pl.String),
-    _col("nonce", np.int64, "KDC-REQ-BODY nonce (§5.4.1); requests only, a reply's nonce is inside its encrypted "
+    column("nonce", np.int64, "KDC-REQ-BODY nonce (§5.4.1); requests only, a reply's nonce is inside its encrypted "
          "part (§5.4.2); tshark kerberos.nonce"),
-    _col("etypes", object, "requested encryption types, in the client's order of preference, comma-separated "
+    column("etypes", object, "requested encryption types, in the client's order of preference, comma-separated "
          "(KDC-REQ-BODY etype §5.4.1; tshark kerberos.ENCTYPE)", polars=pl.String),
-    _col("padata_types", object, "padata-type of every PA-DATA, comma-separated (§5.2.7): request and reply "
+    column("padata_types", object, "padata-type of every PA-DATA, comma-separated (§5.2.7): request and reply "
          "padata; for a KRB-ERROR the METHOD-DATA in e-data (§5.9.1; types the KDC accepts)",
          polars=pl.String),
-    _col("preauth", np.bool_, "the request carries pre-authentication: PA-ENC-TIMESTAMP (2), PA-PK-AS-REQ "
+    column("preauth", np.bool_, "the request carries pre-authentication: PA-ENC-TIMESTAMP (2), PA-PK-AS-REQ "
          "(14, 16), PA-FX-FAST (136) or PA-ENCRYPTED-CHALLENGE (138)"),
-    _col("preauth_etype", np.int32, "etype of the PA-ENC-TIMESTAMP EncryptedData (§5.2.7.2)"),
-    _col("kdc_options", np.uint32, "KDCOptions flags, bit 0 (reserved) the most significant, as tshark prints "
+    column("preauth_etype", np.int32, "etype of the PA-ENC-TIMESTAMP EncryptedData (§5.2.7.2)"),
+    column("kdc_options", np.uint32, "KDCOptions flags, bit 0 (reserved) the most significant, as tshark prints "
          "kerberos.kdc_options (§5.4.1): 0x40000000 forwardable, 0x00800000 renewable, 0x00010000 canonicalize, "
          "0x00000010 renewable-ok"),
-    _col("till_ns", np.int64, "KDC-REQ-BODY till (§5.4.1), ns since the epoch; null past 2262"),
-    _col("tgs_ticket_realm", object, "TGS-REQ: realm of the ticket in the PA-TGS-REQ AP-REQ (§5.4.1, §5.5.1), "
+    column("till_ns", np.int64, "KDC-REQ-BODY till (§5.4.1), ns since the epoch; null past 2262"),
+    column("tgs_ticket_realm", object, "TGS-REQ: realm of the ticket in the PA-TGS-REQ AP-REQ (§5.4.1, §5.5.1), "
          "normally the TGT's", polars=pl.String),
-    _col("tgs_ticket_sname", object, "TGS-REQ: sname of the ticket in the PA-TGS-REQ AP-REQ (krbtgt/REALM for "
+    column("tgs_ticket_sname", object, "TGS-REQ: sname of the ticket in the PA-TGS-REQ AP-REQ (krbtgt/REALM for "
          "a TGT)", polars=pl.String),
-    _col("ticket_etype", np.int32, "etype of the enc-part of the ticket the message carries (§5.3): the issued "
+    column("ticket_etype", np.int32, "etype of the enc-part of the ticket the message carries (§5.3): the issued "
          "ticket of a KDC-REP, the PA-TGS-REQ ticket of a TGS-REQ, the ticket of an AP-REQ"),
-    _col("ticket_kvno", np.int64, "kvno of that ticket's enc-part (§5.2.9), null when absent"),
-    _col("enc_etype", np.int32, "etype of the KDC-REP enc-part (§5.4.2), or the AP-REQ authenticator"),
-    _col("enc_kvno", np.int64, "kvno of that enc-part, null when absent"),
-    _col("error_code", np.int32, "KRB-ERROR error-code (§5.9.1, §7.5.9); tshark kerberos.error_code"),
-    _col("error_name", object, "error-code by name (§7.5.9)", polars=pl.String),
-    _col("e_text", object, "KRB-ERROR e-text (§5.9.1)", polars=pl.String),
-    _col("stime_ns", np.int64, "KRB-ERROR stime + susec (§5.9.1), ns since the epoch"),
-    _col("ctime_ns", np.int64, "KRB-ERROR ctime + cusec when present (§5.9.1), ns since the epoch"),
-    _col("decode_error", object, "null when the message decoded; else why not (truncated, bad length, "
+    column("ticket_kvno", np.int64, "kvno of that ticket's enc-part (§5.2.9), null when absent"),
+    column("enc_etype", np.int32, "etype of the KDC-REP enc-part (§5.4.2), or the AP-REQ authenticator"),
+    column("enc_kvno", np.int64, "kvno of that enc-part, null when absent"),
+    column("error_code", np.int32, "KRB-ERROR error-code (§5.9.1, §7.5.9); tshark kerberos.error_code"),
+    column("error_name", object, "error-code by name (§7.5.9)", polars=pl.String),
+    column("e_text", object, "KRB-ERROR e-text (§5.9.1)", polars=pl.String),
+    column("stime_ns", np.int64, "KRB-ERROR stime + susec (§5.9.1), ns since the epoch"),
+    column("ctime_ns", np.int64, "KRB-ERROR ctime + cusec when present (§5.9.1), ns since the epoch"),
+    column("decode_error", object, "null when the message decoded; else why not (truncated, bad length, "
          "unexpected tag, missing field, indefinite length, not this protocol ...). Fields read before "
          "the problem are kept", polars=pl.String),
 )
 
 TRANSACTION_COLUMNS: tuple[Column, ...] = TRANSACTION_COMMON + (
-    _col("login", np.uint32, "id of the login (AS) or ticket request (TGS) this exchange belongs to: "
+    column("login", np.uint32, "id of the login (AS) or ticket request (TGS) this exchange belongs to: "
          "PREAUTH_REQUIRED / RESPONSE_TOO_BIG retries chained (see module doc)"),
-    _col("login_step", np.uint16, "1 for the first request of its login, 2 for the retry ..."),
-    _col("login_status", object, "status of the login's last step (AS-REP, TGS-REP, an error name; null "
+    column("login_step", np.uint16, "1 for the first request of its login, 2 for the retry ..."),
+    column("login_status", object, "status of the login's last step (AS-REP, TGS-REP, an error name; null "
          "when unanswered)", polars=pl.String),
-    _col("msg_type", np.int32, "10 AS-REQ or 12 TGS-REQ"),
-    _col("cname", object, "client name of the request (AS) or of the reply", polars=pl.String),
-    _col("realm", object, "request realm (KDC-REQ-BODY realm)", polars=pl.String),
-    _col("sname", object, "requested service name", polars=pl.String),
-    _col("nonce", np.int64, "request nonce"),
-    _col("etypes", object, "requested etypes", polars=pl.String),
-    _col("padata_types", object, "request padata types", polars=pl.String),
-    _col("preauth", np.bool_, "the request carries pre-authentication"),
-    _col("kdc_options", np.uint32, "request KDCOptions"),
-    _col("tgs_ticket_sname", object, "TGS-REQ: sname of the presented ticket", polars=pl.String),
-    _col("response", object, "KDC-REP kind or KRB-ERROR", polars=MESSAGE_ENUM),
-    _col("error_code", np.int32, "KRB-ERROR error-code"),
-    _col("e_text", object, "KRB-ERROR e-text", polars=pl.String),
-    _col("ticket_etype", np.int32, "reply: etype of the issued ticket (23 = RC4: Kerberoasting material)"),
-    _col("enc_etype", np.int32, "reply: etype of the enc-part (the client key's etype)"),
-    _col("extra_responses", np.uint16, "further replies paired to this request after the first"),
-    _col("retransmission", np.bool_, "an earlier request on the same flow had the same nonce (UDP retry)"),
+    column("msg_type", np.int32, "10 AS-REQ or 12 TGS-REQ"),
+    column("cname", object, "client name of the request (AS) or of the reply", polars=pl.String),
+    column("realm", object, "request realm (KDC-REQ-BODY realm)", polars=pl.String),
+    column("sname", object, "requested service name", polars=pl.String),
+    column("nonce", np.int64, "request nonce"),
+    column("etypes", object, "requested etypes", polars=pl.String),
+    column("padata_types", object, "request padata types", polars=pl.String),
+    column("preauth", np.bool_, "the request carries pre-authentication"),
+    column("kdc_options", np.uint32, "request KDCOptions"),
+    column("tgs_ticket_sname", object, "TGS-REQ: sname of the presented ticket", polars=pl.String),
+    column("response", object, "KDC-REP kind or KRB-ERROR", polars=MESSAGE_ENUM),
+    column("error_code", np.int32, "KRB-ERROR error-code"),
+    column("e_text", object, "KRB-ERROR e-text", polars=pl.String),
+    column("ticket_etype", np.int32, "reply: etype of the issued ticket (23 = RC4: Kerberoasting material)"),
+    column("enc_etype", np.int32, "reply: etype of the enc-part (the client key's etype)"),
+    column("extra_responses", np.uint16, "further replies paired to this request after the first"),
+    column("retransmission", np.bool_, "an earlier request on the same flow had the same nonce (UDP retry)"),
 )
 
 FRAMES.setdefault("kerberos_messages", MESSAGE_COLUMNS)  # descriptions for ``herdscope export``

@@ -48,7 +48,7 @@ import polars as pl
 
 from ..capture import frame_builder
 from ..messages import KEPT_COLUMNS, MessageSet, message_sets as shared_message_sets
-from ..schema import FRAMES, Column, _col, empty_frame, polars_type
+from ..schema import FRAMES, Column, column, empty_frame, polars_type
 from . import ber
 from .common import TRANSACTION_COMMON
 from .ldap_kernels import (  # noqa: F401  (the kernels and their field layout)
@@ -113,80 +113,80 @@ OPAQUE_ENUM = pl.Enum(list(OPAQUE_REASONS.values()))
 # --- columns -------------------------------------------------------------------------------------
 
 MESSAGE_COLUMNS: tuple[Column, ...] = KEPT_COLUMNS + (
-    _col("unit", np.uint32, "index of this row among the rows of its framed message (several LDAPMessages "
+    column("unit", np.uint32, "index of this row among the rows of its framed message (several LDAPMessages "
          "in one SASL buffer or CLDAP datagram)"),
-    _col("sasl", np.bool_, "carried in a SASL buffer (RFC 4422 §3.7) whose integrity-only GSS-API token was "
+    column("sasl", np.bool_, "carried in a SASL buffer (RFC 4422 §3.7) whose integrity-only GSS-API token was "
          "opened"),
-    _col("opaque", object, "why the framed message has no readable LDAPMessage: tls (a TLS record, "
+    column("opaque", object, "why the framed message has no readable LDAPMessage: tls (a TLS record, "
          "RFC 8446 §5.1, after StartTLS or on LDAPS), sasl (a SASL security layer herdscope cannot open), "
          "sasl-sealed (GSS-API wrap token with confidentiality); null otherwise", polars=OPAQUE_ENUM),
-    _col("message_id", np.int64, "messageID (RFC 4511 §4.1.1.1); tshark ldap.messageID"),
-    _col("op_code", np.uint8, "protocolOp [APPLICATION n] number (§4.2 - §4.14); tshark ldap.protocolOp"),
-    _col("op", object, "protocolOp by name (bindRequest, searchResEntry ...)", polars=OPERATION_ENUM),
-    _col("dn", object, "the operation's DN (§4.1.3): bind name (§4.2), search baseObject (§4.5.1.1), entry "
+    column("message_id", np.int64, "messageID (RFC 4511 §4.1.1.1); tshark ldap.messageID"),
+    column("op_code", np.uint8, "protocolOp [APPLICATION n] number (§4.2 - §4.14); tshark ldap.protocolOp"),
+    column("op", object, "protocolOp by name (bindRequest, searchResEntry ...)", polars=OPERATION_ENUM),
+    column("dn", object, "the operation's DN (§4.1.3): bind name (§4.2), search baseObject (§4.5.1.1), entry "
          "objectName (§4.5.2), modify object (§4.6), add/del/modDN/compare entry (§4.7-§4.10); tshark "
          "ldap.name / baseObject / objectName / object / entry / delRequest", polars=pl.String),
-    _col("version", np.int32, "bindRequest version (§4.2)"),
-    _col("auth", object, "bindRequest authentication choice: simple, sasl, sicily* (§4.2; MS-ADTS 5.1.1.1.3)",
+    column("version", np.int32, "bindRequest version (§4.2)"),
+    column("auth", object, "bindRequest authentication choice: simple, sasl, sicily* (§4.2; MS-ADTS 5.1.1.1.3)",
          polars=pl.String),
-    _col("sasl_mechanism", object, "SaslCredentials mechanism (§4.2), e.g. GSS-SPNEGO, GSSAPI, NTLM, "
+    column("sasl_mechanism", object, "SaslCredentials mechanism (§4.2), e.g. GSS-SPNEGO, GSSAPI, NTLM, "
          "EXTERNAL; tshark ldap.mechanism", polars=pl.String),
-    _col("credentials_len", np.int64, "bytes of the simple password or of the SASL credentials (the "
+    column("credentials_len", np.int64, "bytes of the simple password or of the SASL credentials (the "
          "credentials themselves are not kept; 0 with an empty DN = anonymous bind, §4.2)"),
-    _col("scope", object, "searchRequest scope (§4.5.1.2)", polars=pl.String),
-    _col("deref_aliases", object, "searchRequest derefAliases (§4.5.1.3)", polars=pl.String),
-    _col("size_limit", np.int64, "searchRequest sizeLimit (§4.5.1.4), 0 = none"),
-    _col("time_limit", np.int64, "searchRequest timeLimit in seconds (§4.5.1.5), 0 = none"),
-    _col("types_only", np.bool_, "searchRequest typesOnly (§4.5.1.6)"),
-    _col("filter", object, "searchRequest filter as RFC 4515 text (§4.5.1.7)", polars=pl.String),
-    _col("attributes", object, "attribute descriptions, comma-separated: searchRequest selection (§4.5.1.8), "
+    column("scope", object, "searchRequest scope (§4.5.1.2)", polars=pl.String),
+    column("deref_aliases", object, "searchRequest derefAliases (§4.5.1.3)", polars=pl.String),
+    column("size_limit", np.int64, "searchRequest sizeLimit (§4.5.1.4), 0 = none"),
+    column("time_limit", np.int64, "searchRequest timeLimit in seconds (§4.5.1.5), 0 = none"),
+    column("types_only", np.bool_, "searchRequest typesOnly (§4.5.1.6)"),
+    column("filter", object, "searchRequest filter as RFC 4515 text (§4.5.1.7)", polars=pl.String),
+    column("attributes", object, "attribute descriptions, comma-separated: searchRequest selection (§4.5.1.8), "
          "addRequest attribute types (§4.7), compareRequest attribute (§4.10)", polars=pl.String),
-    _col("attribute_count", np.int64, "number of those attributes; for a searchResEntry its attributes (§4.5.2)"),
-    _col("changes", object, "modifyRequest changes as operation(attribute), comma-separated (§4.6; values "
+    column("attribute_count", np.int64, "number of those attributes; for a searchResEntry its attributes (§4.5.2)"),
+    column("changes", object, "modifyRequest changes as operation(attribute), comma-separated (§4.6; values "
          "not kept)", polars=pl.String),
-    _col("new_rdn", object, "modDNRequest newrdn (§4.9)", polars=pl.String),
-    _col("delete_old_rdn", np.bool_, "modDNRequest deleteoldrdn (§4.9)"),
-    _col("new_superior", object, "modDNRequest newSuperior (§4.9)", polars=pl.String),
-    _col("abandon_id", np.int64, "abandonRequest: the messageID abandoned (§4.11); Cancel extendedReq "
+    column("new_rdn", object, "modDNRequest newrdn (§4.9)", polars=pl.String),
+    column("delete_old_rdn", np.bool_, "modDNRequest deleteoldrdn (§4.9)"),
+    column("new_superior", object, "modDNRequest newSuperior (§4.9)", polars=pl.String),
+    column("abandon_id", np.int64, "abandonRequest: the messageID abandoned (§4.11); Cancel extendedReq "
          "(1.3.6.1.1.8): its cancelID (RFC 3909 §2)"),
-    _col("oid", object, "extendedReq requestName, extendedResp / intermediateResponse responseName "
+    column("oid", object, "extendedReq requestName, extendedResp / intermediateResponse responseName "
          "(§4.12, §4.13)", polars=pl.String),
-    _col("result_code", np.int32, "LDAPResult resultCode (§4.1.9); tshark ldap.resultCode"),
-    _col("result", object, "resultCode by name (RFC 4511 Appendix A)", polars=pl.String),
-    _col("matched_dn", object, "LDAPResult matchedDN (§4.1.9)", polars=pl.String),
-    _col("diagnostic_message", object, "LDAPResult diagnosticMessage (§4.1.9)", polars=pl.String),
-    _col("referrals", object, "LDAPResult referral URIs or searchResRef URIs, space-separated (§4.1.10, "
+    column("result_code", np.int32, "LDAPResult resultCode (§4.1.9); tshark ldap.resultCode"),
+    column("result", object, "resultCode by name (RFC 4511 Appendix A)", polars=pl.String),
+    column("matched_dn", object, "LDAPResult matchedDN (§4.1.9)", polars=pl.String),
+    column("diagnostic_message", object, "LDAPResult diagnosticMessage (§4.1.9)", polars=pl.String),
+    column("referrals", object, "LDAPResult referral URIs or searchResRef URIs, space-separated (§4.1.10, "
          "§4.5.3)", polars=pl.String),
-    _col("controls", object, "controlType OIDs of the message's controls, comma-separated (§4.1.11)",
+    column("controls", object, "controlType OIDs of the message's controls, comma-separated (§4.1.11)",
          polars=pl.String),
-    _col("decode_error", object, "null when the LDAPMessage decoded; else why not (truncated, bad length, "
+    column("decode_error", object, "null when the LDAPMessage decoded; else why not (truncated, bad length, "
          "unexpected tag, too deep, indefinite length ...); fields read before the problem are kept",
          polars=pl.String),
 )
 
 TRANSACTION_COLUMNS: tuple[Column, ...] = TRANSACTION_COMMON + (
-    _col("message_id", np.int64, "messageID of the request"),
-    _col("dn", object, "the request's DN (bind name, search base, target of a write)", polars=pl.String),
-    _col("auth", object, "bind: authentication choice", polars=pl.String),
-    _col("sasl_mechanism", object, "bind: SASL mechanism", polars=pl.String),
-    _col("scope", object, "search scope", polars=pl.String),
-    _col("deref_aliases", object, "search derefAliases", polars=pl.String),
-    _col("filter", object, "search filter (RFC 4515)", polars=pl.String),
-    _col("attributes", object, "requested attributes", polars=pl.String),
-    _col("oid", object, "extended operation OID", polars=pl.String),
-    _col("abandon_id", np.int64, "abandonRequest / Cancel: the messageID it abandons"),
-    _col("expects_response", np.bool_, "False for unbind and abandon, which have no response (§4.3, §4.11)"),
-    _col("entries", np.uint32, "search: searchResEntry messages"),
-    _col("references", np.uint32, "search: searchResRef messages"),
-    _col("intermediates", np.uint32, "intermediateResponse messages"),
-    _col("first_entry_ns", np.int64, "search: time from the request to the first entry or reference"),
-    _col("result_code", np.int32, "final response resultCode"),
-    _col("matched_dn", object, "final response matchedDN", polars=pl.String),
-    _col("diagnostic_message", object, "final response diagnosticMessage", polars=pl.String),
-    _col("abandoned", np.bool_, "a later abandonRequest (or Cancel extended request) on the connection named "
+    column("message_id", np.int64, "messageID of the request"),
+    column("dn", object, "the request's DN (bind name, search base, target of a write)", polars=pl.String),
+    column("auth", object, "bind: authentication choice", polars=pl.String),
+    column("sasl_mechanism", object, "bind: SASL mechanism", polars=pl.String),
+    column("scope", object, "search scope", polars=pl.String),
+    column("deref_aliases", object, "search derefAliases", polars=pl.String),
+    column("filter", object, "search filter (RFC 4515)", polars=pl.String),
+    column("attributes", object, "requested attributes", polars=pl.String),
+    column("oid", object, "extended operation OID", polars=pl.String),
+    column("abandon_id", np.int64, "abandonRequest / Cancel: the messageID it abandons"),
+    column("expects_response", np.bool_, "False for unbind and abandon, which have no response (§4.3, §4.11)"),
+    column("entries", np.uint32, "search: searchResEntry messages"),
+    column("references", np.uint32, "search: searchResRef messages"),
+    column("intermediates", np.uint32, "intermediateResponse messages"),
+    column("first_entry_ns", np.int64, "search: time from the request to the first entry or reference"),
+    column("result_code", np.int32, "final response resultCode"),
+    column("matched_dn", object, "final response matchedDN", polars=pl.String),
+    column("diagnostic_message", object, "final response diagnosticMessage", polars=pl.String),
+    column("abandoned", np.bool_, "a later abandonRequest (or Cancel extended request) on the connection named "
          "this messageID"),
-    _col("abandon_frame", np.uint32, "frame of that abandon/cancel request"),
-    _col("sasl", np.bool_, "the request travelled inside a SASL security layer"),
+    column("abandon_frame", np.uint32, "frame of that abandon/cancel request"),
+    column("sasl", np.bool_, "the request travelled inside a SASL security layer"),
 )
 
 FRAMES.setdefault("ldap_messages", MESSAGE_COLUMNS)  # descriptions for ``herdscope export``

@@ -26,7 +26,7 @@ import pyarrow as pa
 from ..capture import frame_builder
 from ..messages import KEPT_COLUMNS, MESSAGE_COLUMNS as _SET_COLUMNS, message_sets as shared_message_sets
 from ..messages import MessageSet
-from ..schema import FRAMES, Column, _col, empty_frame
+from ..schema import FRAMES, Column, column, empty_frame
 from . import smb2_kernel as k
 from . import smb2_tables as t
 from .ntstatus import code_names, status_names
@@ -42,127 +42,127 @@ TCP_FRAMING = "nbss"
 
 
 MESSAGE_COLUMNS: tuple[Column, ...] = KEPT_COLUMNS + (
-    _col("message", np.uint32, "ordinal of the NBSS message (RFC 1002 4.3.1) in this frame: the rows of "
+    column("message", np.uint32, "ordinal of the NBSS message (RFC 1002 4.3.1) in this frame: the rows of "
          "one compound share it"),
-    _col("chain_index", np.uint32, "position of this SMB2 header in its compound chain, 0-based "
+    column("chain_index", np.uint32, "position of this SMB2 header in its compound chain, 0-based "
          "(MS-SMB2 3.2.4.1.4)"),
-    _col("chain_offset", np.uint32, "offset of this SMB2 header in the NBSS message (MS-SMB2 2.2.1 "
+    column("chain_offset", np.uint32, "offset of this SMB2 header in the NBSS message (MS-SMB2 2.2.1 "
          "NextCommand)"),
-    _col("kind", object, "smb2, transform (encrypted, MS-SMB2 2.2.41), compressed (2.2.42), smb1 "
+    column("kind", object, "smb2, transform (encrypted, MS-SMB2 2.2.41), compressed (2.2.42), smb1 "
          "(MS-CIFS 2.2.3.1) or unknown", polars=pl.Enum(t.KINDS)),
-    _col("command", object, "SMB2 command name (MS-SMB2 2.2.1.2 Command); UNKNOWN for codes past 0x13",
+    column("command", object, "SMB2 command name (MS-SMB2 2.2.1.2 Command); UNKNOWN for codes past 0x13",
          polars=pl.Enum(t.COMMAND_NAMES)),
-    _col("command_code", np.uint16, "SMB2 command code (MS-SMB2 2.2.1.2); for SMB1 rows the SMB1 "
+    column("command_code", np.uint16, "SMB2 command code (MS-SMB2 2.2.1.2); for SMB1 rows the SMB1 "
          "command (MS-CIFS 2.2.3.1)"),
-    _col("is_response", np.bool_, "SMB2_FLAGS_SERVER_TO_REDIR (MS-SMB2 2.2.1.2); SMB1: SMB_FLAGS_REPLY"),
-    _col("status", object, "NTSTATUS name of a response (MS-SMB2 2.2.1.1 Status, MS-ERREF 2.3.1); "
+    column("is_response", np.bool_, "SMB2_FLAGS_SERVER_TO_REDIR (MS-SMB2 2.2.1.2); SMB1: SMB_FLAGS_REPLY"),
+    column("status", object, "NTSTATUS name of a response (MS-SMB2 2.2.1.1 Status, MS-ERREF 2.3.1); "
          "unknown codes as 0xXXXXXXXX; null for requests", polars=pl.String),
-    _col("status_code", np.uint32, "NTSTATUS value of a response (MS-SMB2 2.2.1.1)"),
-    _col("flags", np.uint32, "SMB2 header Flags (MS-SMB2 2.2.1.2)"),
-    _col("is_async", np.bool_, "SMB2_FLAGS_ASYNC_COMMAND: async header form with AsyncId (MS-SMB2 2.2.1.1)"),
-    _col("is_related", np.bool_, "SMB2_FLAGS_RELATED_OPERATIONS: related compound element (MS-SMB2 "
+    column("status_code", np.uint32, "NTSTATUS value of a response (MS-SMB2 2.2.1.1)"),
+    column("flags", np.uint32, "SMB2 header Flags (MS-SMB2 2.2.1.2)"),
+    column("is_async", np.bool_, "SMB2_FLAGS_ASYNC_COMMAND: async header form with AsyncId (MS-SMB2 2.2.1.1)"),
+    column("is_related", np.bool_, "SMB2_FLAGS_RELATED_OPERATIONS: related compound element (MS-SMB2 "
          "2.2.1.2)"),
-    _col("is_signed", np.bool_, "SMB2_FLAGS_SIGNED (MS-SMB2 2.2.1.2)"),
-    _col("priority", np.uint8, "SMB2_FLAGS_PRIORITY_MASK >> 4 (MS-SMB2 2.2.1.2, SMB 3.1.1)"),
-    _col("is_dfs", np.bool_, "SMB2_FLAGS_DFS_OPERATIONS (MS-SMB2 2.2.1.2)"),
-    _col("is_replay", np.bool_, "SMB2_FLAGS_REPLAY_OPERATION (MS-SMB2 2.2.1.2)"),
-    _col("credit_charge", np.uint16, "CreditCharge (MS-SMB2 2.2.1.2)"),
-    _col("credit_request", np.uint16, "CreditRequest of a request (MS-SMB2 2.2.1.2)"),
-    _col("credit_grant", np.uint16, "CreditResponse: credits granted by a response (MS-SMB2 2.2.1.2)"),
-    _col("channel_sequence", np.uint16, "ChannelSequence of a request (MS-SMB2 2.2.1.2, SMB 3.x)"),
-    _col("message_id", np.uint64, "MessageId (MS-SMB2 2.2.1.2); 0xFFFFFFFFFFFFFFFF on unsolicited "
+    column("is_signed", np.bool_, "SMB2_FLAGS_SIGNED (MS-SMB2 2.2.1.2)"),
+    column("priority", np.uint8, "SMB2_FLAGS_PRIORITY_MASK >> 4 (MS-SMB2 2.2.1.2, SMB 3.1.1)"),
+    column("is_dfs", np.bool_, "SMB2_FLAGS_DFS_OPERATIONS (MS-SMB2 2.2.1.2)"),
+    column("is_replay", np.bool_, "SMB2_FLAGS_REPLAY_OPERATION (MS-SMB2 2.2.1.2)"),
+    column("credit_charge", np.uint16, "CreditCharge (MS-SMB2 2.2.1.2)"),
+    column("credit_request", np.uint16, "CreditRequest of a request (MS-SMB2 2.2.1.2)"),
+    column("credit_grant", np.uint16, "CreditResponse: credits granted by a response (MS-SMB2 2.2.1.2)"),
+    column("channel_sequence", np.uint16, "ChannelSequence of a request (MS-SMB2 2.2.1.2, SMB 3.x)"),
+    column("message_id", np.uint64, "MessageId (MS-SMB2 2.2.1.2); 0xFFFFFFFFFFFFFFFF on unsolicited "
          "oplock/lease break notifications; SMB1 rows: MID"),
-    _col("async_id", np.uint64, "AsyncId of the async header form (MS-SMB2 2.2.1.1)"),
-    _col("tree_id", np.uint32, "TreeId of the sync header form (MS-SMB2 2.2.1.2); SMB1 rows: TID"),
-    _col("session_id", np.uint64, "SessionId (MS-SMB2 2.2.1.2); transform rows: the TRANSFORM_HEADER "
+    column("async_id", np.uint64, "AsyncId of the async header form (MS-SMB2 2.2.1.1)"),
+    column("tree_id", np.uint32, "TreeId of the sync header form (MS-SMB2 2.2.1.2); SMB1 rows: TID"),
+    column("session_id", np.uint64, "SessionId (MS-SMB2 2.2.1.2); transform rows: the TRANSFORM_HEADER "
          "SessionId (2.2.41); SMB1 rows: UID"),
-    _col("has_signature", np.bool_, "the 16-byte Signature is not all zero (MS-SMB2 2.2.1.2)"),
-    _col("structure_size", np.uint16, "StructureSize of the command body (MS-SMB2 2.2.3 ff.)"),
-    _col("error_body", np.bool_, "the body is an SMB2 ERROR Response (MS-SMB2 2.2.2): nothing of the "
+    column("has_signature", np.bool_, "the 16-byte Signature is not all zero (MS-SMB2 2.2.1.2)"),
+    column("structure_size", np.uint16, "StructureSize of the command body (MS-SMB2 2.2.3 ff.)"),
+    column("error_body", np.bool_, "the body is an SMB2 ERROR Response (MS-SMB2 2.2.2): nothing of the "
          "command's own response was decoded"),
-    _col("dialects", object, "dialects offered by a NEGOTIATE request (MS-SMB2 2.2.3 Dialects)",
+    column("dialects", object, "dialects offered by a NEGOTIATE request (MS-SMB2 2.2.3 Dialects)",
          polars=pl.List(pl.UInt16)),
-    _col("dialect_count", np.uint16, "DialectCount of a NEGOTIATE request (MS-SMB2 2.2.3)"),
-    _col("dialect", np.uint16, "DialectRevision chosen by a NEGOTIATE response, 0x0202..0x0311 "
+    column("dialect_count", np.uint16, "DialectCount of a NEGOTIATE request (MS-SMB2 2.2.3)"),
+    column("dialect", np.uint16, "DialectRevision chosen by a NEGOTIATE response, 0x0202..0x0311 "
          "(MS-SMB2 2.2.4)"),
-    _col("capabilities", np.uint32, "Capabilities of NEGOTIATE (MS-SMB2 2.2.3, 2.2.4) or a "
+    column("capabilities", np.uint32, "Capabilities of NEGOTIATE (MS-SMB2 2.2.3, 2.2.4) or a "
          "SESSION_SETUP request (2.2.5)"),
-    _col("session_flags", np.uint16, "SESSION_SETUP request Flags (MS-SMB2 2.2.5) or response "
+    column("session_flags", np.uint16, "SESSION_SETUP request Flags (MS-SMB2 2.2.5) or response "
          "SessionFlags (2.2.6)"),
-    _col("tree", object, "share path of a TREE_CONNECT request, e.g. \\\\server\\share (MS-SMB2 2.2.9)",
+    column("tree", object, "share path of a TREE_CONNECT request, e.g. \\\\server\\share (MS-SMB2 2.2.9)",
          polars=pl.String),
-    _col("share_type", object, "ShareType of a TREE_CONNECT response (MS-SMB2 2.2.10)",
+    column("share_type", object, "ShareType of a TREE_CONNECT response (MS-SMB2 2.2.10)",
          polars=pl.Enum(list(t.SHARE_TYPES.values()) + ["invalid"])),
-    _col("share_flags", np.uint32, "ShareFlags of a TREE_CONNECT response (MS-SMB2 2.2.10)"),
-    _col("filename", object, "file name of a CREATE request, relative to the share (MS-SMB2 2.2.13)",
+    column("share_flags", np.uint32, "ShareFlags of a TREE_CONNECT response (MS-SMB2 2.2.10)"),
+    column("filename", object, "file name of a CREATE request, relative to the share (MS-SMB2 2.2.13)",
          polars=pl.String),
-    _col("desired_access", np.uint32, "DesiredAccess of a CREATE request (MS-SMB2 2.2.13, 2.2.13.1)"),
-    _col("share_access", np.uint32, "ShareAccess of a CREATE request: 1 read, 2 write, 4 delete "
+    column("desired_access", np.uint32, "DesiredAccess of a CREATE request (MS-SMB2 2.2.13, 2.2.13.1)"),
+    column("share_access", np.uint32, "ShareAccess of a CREATE request: 1 read, 2 write, 4 delete "
          "(MS-SMB2 2.2.13)"),
-    _col("create_disposition", object, "CreateDisposition of a CREATE request (MS-SMB2 2.2.13)",
+    column("create_disposition", object, "CreateDisposition of a CREATE request (MS-SMB2 2.2.13)",
          polars=pl.Enum(t.DISPOSITION_NAMES)),
-    _col("create_options", np.uint32, "CreateOptions of a CREATE request (MS-SMB2 2.2.13)"),
-    _col("file_attributes", np.uint32, "FileAttributes (MS-FSCC 2.6) of a CREATE request or response, "
+    column("create_options", np.uint32, "CreateOptions of a CREATE request (MS-SMB2 2.2.13)"),
+    column("file_attributes", np.uint32, "FileAttributes (MS-FSCC 2.6) of a CREATE request or response, "
          "a CLOSE response with POSTQUERY_ATTRIB, or a SET_INFO FileBasicInformation"),
-    _col("oplock_level", np.uint8, "oplock level: requested (CREATE request), granted (CREATE response), "
+    column("oplock_level", np.uint8, "oplock level: requested (CREATE request), granted (CREATE response), "
          "or of an oplock break (MS-SMB2 2.2.13, 2.2.14, 2.2.23.1, 2.2.24.1)"),
-    _col("oplock", object, "oplock_level named: none, level2, exclusive, batch, lease",
+    column("oplock", object, "oplock_level named: none, level2, exclusive, batch, lease",
          polars=pl.Enum(t.OPLOCK_NAMES)),
-    _col("create_contexts", object, "names of the CREATE contexts, comma-separated, in wire order "
+    column("create_contexts", object, "names of the CREATE contexts, comma-separated, in wire order "
          "(MS-SMB2 2.2.13.2, 2.2.14.2): RqLs, DHnQ, DH2Q, MxAc, QFid ...", polars=pl.String),
-    _col("lease_key", object, "LeaseKey of a lease create context, lease break notification, "
+    column("lease_key", object, "LeaseKey of a lease create context, lease break notification, "
          "acknowledgment or response, printed as a GUID like Wireshark (MS-SMB2 2.2.13.2.8, 2.2.23.2, "
          "2.2.24.2)", polars=pl.String),
-    _col("lease_state", np.uint32, "LeaseState (1 read, 2 handle, 4 write caching): requested, granted, "
+    column("lease_state", np.uint32, "LeaseState (1 read, 2 handle, 4 write caching): requested, granted, "
          "the CurrentLeaseState of a break notification, or acknowledged (MS-SMB2 2.2.13.2.8, 2.2.23.2, "
          "2.2.24.2)"),
-    _col("new_lease_state", np.uint32, "NewLeaseState of a lease break notification (MS-SMB2 2.2.23.2)"),
-    _col("lease_flags", np.uint32, "lease context Flags (2.2.13.2.10) or break notification Flags: 1 = "
+    column("new_lease_state", np.uint32, "NewLeaseState of a lease break notification (MS-SMB2 2.2.23.2)"),
+    column("lease_flags", np.uint32, "lease context Flags (2.2.13.2.10) or break notification Flags: 1 = "
          "SMB2_NOTIFY_BREAK_LEASE_FLAG_ACK_REQUIRED (MS-SMB2 2.2.23.2)"),
-    _col("lease_version", np.uint8, "1 or 2: SMB2_CREATE_REQUEST_LEASE or _V2 (MS-SMB2 2.2.13.2.8, "
+    column("lease_version", np.uint8, "1 or 2: SMB2_CREATE_REQUEST_LEASE or _V2 (MS-SMB2 2.2.13.2.8, "
          "2.2.13.2.10)"),
-    _col("parent_lease_key", object, "ParentLeaseKey of a v2 lease context (MS-SMB2 2.2.13.2.10)",
+    column("parent_lease_key", object, "ParentLeaseKey of a v2 lease context (MS-SMB2 2.2.13.2.10)",
          polars=pl.String),
-    _col("lease_epoch", np.uint16, "Epoch of a v2 lease context or NewEpoch of a lease break "
+    column("lease_epoch", np.uint16, "Epoch of a v2 lease context or NewEpoch of a lease break "
          "notification (MS-SMB2 2.2.13.2.10, 2.2.23.2)"),
-    _col("break_kind", object, "which OPLOCK_BREAK form (by StructureSize, direction and MessageId, "
+    column("break_kind", object, "which OPLOCK_BREAK form (by StructureSize, direction and MessageId, "
          "MS-SMB2 2.2.23-2.2.25)", polars=pl.Enum(t.BREAK_KINDS)),
-    _col("break_reason", np.uint32, "BreakReason of a lease break notification (MS-SMB2 2.2.23.2)"),
-    _col("create_action", object, "CreateAction of a CREATE response (MS-SMB2 2.2.14)",
+    column("break_reason", np.uint32, "BreakReason of a lease break notification (MS-SMB2 2.2.23.2)"),
+    column("create_action", object, "CreateAction of a CREATE response (MS-SMB2 2.2.14)",
          polars=pl.Enum(t.ACTION_NAMES)),
-    _col("end_of_file", np.uint64, "EndofFile of a CREATE or CLOSE response, or a SET_INFO "
+    column("end_of_file", np.uint64, "EndofFile of a CREATE or CLOSE response, or a SET_INFO "
          "FileEndOfFileInformation (MS-SMB2 2.2.14, 2.2.16; MS-FSCC 2.4.14)"),
-    _col("fid_persistent", np.uint64, "FileId.Persistent (MS-SMB2 2.2.14.1) of the CREATE response or "
+    column("fid_persistent", np.uint64, "FileId.Persistent (MS-SMB2 2.2.14.1) of the CREATE response or "
          "of the request / break that names the open; 0xFFFFFFFFFFFFFFFF in related compounds"),
-    _col("fid_volatile", np.uint64, "FileId.Volatile (MS-SMB2 2.2.14.1)"),
-    _col("file_offset", np.uint64, "Offset of a READ or WRITE request (MS-SMB2 2.2.19, 2.2.21)"),
-    _col("io_length", np.uint32, "Length of a READ/WRITE request, DataLength of a READ response, Count "
+    column("fid_volatile", np.uint64, "FileId.Volatile (MS-SMB2 2.2.14.1)"),
+    column("file_offset", np.uint64, "Offset of a READ or WRITE request (MS-SMB2 2.2.19, 2.2.21)"),
+    column("io_length", np.uint32, "Length of a READ/WRITE request, DataLength of a READ response, Count "
          "of a WRITE response (MS-SMB2 2.2.19-2.2.22); the data itself is not read"),
-    _col("lock_count", np.uint16, "LockCount of a LOCK request (MS-SMB2 2.2.26)"),
-    _col("lock_offset", np.uint64, "Offset of the first lock range (MS-SMB2 2.2.26.1)"),
-    _col("lock_length", np.uint64, "Length of the first lock range (MS-SMB2 2.2.26.1)"),
-    _col("lock_flags", np.uint32, "Flags of the first lock range: 1 shared, 2 exclusive, 4 unlock, "
+    column("lock_count", np.uint16, "LockCount of a LOCK request (MS-SMB2 2.2.26)"),
+    column("lock_offset", np.uint64, "Offset of the first lock range (MS-SMB2 2.2.26.1)"),
+    column("lock_length", np.uint64, "Length of the first lock range (MS-SMB2 2.2.26.1)"),
+    column("lock_flags", np.uint32, "Flags of the first lock range: 1 shared, 2 exclusive, 4 unlock, "
          "0x10 fail immediately (MS-SMB2 2.2.26.1)"),
-    _col("ctl_code", np.uint32, "CtlCode of an IOCTL request or response (MS-SMB2 2.2.31, 2.2.32)"),
-    _col("ioctl", object, "ctl_code named for common FSCTLs (MS-SMB2 2.2.31, MS-FSCC 2.3), else "
+    column("ctl_code", np.uint32, "CtlCode of an IOCTL request or response (MS-SMB2 2.2.31, 2.2.32)"),
+    column("ioctl", object, "ctl_code named for common FSCTLs (MS-SMB2 2.2.31, MS-FSCC 2.3), else "
          "0xXXXXXXXX", polars=pl.String),
-    _col("info_type", object, "InfoType of QUERY_INFO / SET_INFO (MS-SMB2 2.2.37, 2.2.39)",
+    column("info_type", object, "InfoType of QUERY_INFO / SET_INFO (MS-SMB2 2.2.37, 2.2.39)",
          polars=pl.Enum(list(t.INFO_TYPES.values()) + ["invalid"])),
-    _col("info_class", np.uint8, "FileInfoClass of QUERY_INFO / SET_INFO, FileInformationClass of "
+    column("info_class", np.uint8, "FileInfoClass of QUERY_INFO / SET_INFO, FileInformationClass of "
          "QUERY_DIRECTORY (MS-SMB2 2.2.33, 2.2.37, 2.2.39)"),
-    _col("info_class_name", object, "info_class named (MS-FSCC 2.4 file, 2.5 file system classes), "
+    column("info_class_name", object, "info_class named (MS-FSCC 2.4 file, 2.5 file system classes), "
          "e.g. FileRenameInformation", polars=pl.String),
-    _col("target_name", object, "new name of a SET_INFO FileRenameInformation / FileLinkInformation "
+    column("target_name", object, "new name of a SET_INFO FileRenameInformation / FileLinkInformation "
          "(MS-FSCC 2.4.37.2, 2.4.21.2)", polars=pl.String),
-    _col("delete_pending", np.bool_, "DeletePending of SET_INFO FileDispositionInformation, or "
+    column("delete_pending", np.bool_, "DeletePending of SET_INFO FileDispositionInformation, or "
          "FILE_DISPOSITION_DELETE of FileDispositionInformationEx (MS-FSCC 2.4.11, 2.4.12)"),
-    _col("pattern", object, "search pattern of a QUERY_DIRECTORY request (MS-SMB2 2.2.33)",
+    column("pattern", object, "search pattern of a QUERY_DIRECTORY request (MS-SMB2 2.2.33)",
          polars=pl.String),
-    _col("notify_flags", np.uint16, "Flags of a CHANGE_NOTIFY request: 1 = WATCH_TREE (MS-SMB2 2.2.35)"),
-    _col("completion_filter", np.uint32, "CompletionFilter of a CHANGE_NOTIFY request (MS-SMB2 2.2.35)"),
-    _col("original_size", np.uint32, "OriginalMessageSize of a TRANSFORM_HEADER (MS-SMB2 2.2.41) or "
+    column("notify_flags", np.uint16, "Flags of a CHANGE_NOTIFY request: 1 = WATCH_TREE (MS-SMB2 2.2.35)"),
+    column("completion_filter", np.uint32, "CompletionFilter of a CHANGE_NOTIFY request (MS-SMB2 2.2.35)"),
+    column("original_size", np.uint32, "OriginalMessageSize of a TRANSFORM_HEADER (MS-SMB2 2.2.41) or "
          "OriginalCompressedSegmentSize of a COMPRESSION_TRANSFORM_HEADER (2.2.42)"),
-    _col("decode_error", object, "null when the row decoded; else why not: truncated, bad header, bad "
+    column("decode_error", object, "null when the row decoded; else why not: truncated, bad header, bad "
          "structure size, bad next command, bad offset, bad create context, unknown protocol, bad lock "
          "count", polars=pl.Enum(t.DECODE_ERRORS)),
 )

@@ -25,7 +25,7 @@ import numpy as np
 from numba import njit
 
 from . import smb2_tables as t
-from .text import _HEX, put_escaped
+from .text import HEX_DIGITS, put_escaped
 
 FIELDS = (
     "kind", "chain_index", "chain_offset", "command_code", "status_code", "flags", "is_response",
@@ -232,7 +232,7 @@ def _put_escape(arena, pos, prefix, value, digits):
     arena[pos] = 0x5C
     arena[pos + 1] = prefix
     for k in range(digits):
-        arena[pos + 2 + k] = _HEX[(value >> (4 * (digits - 1 - k))) & 15]
+        arena[pos + 2 + k] = HEX_DIGITS[(value >> (4 * (digits - 1 - k))) & 15]
     return pos + 2 + digits
 
 
@@ -307,8 +307,8 @@ def put_guid(arena, pos, src, off):
             pos += 1
         else:
             b = src[off + j]
-            arena[pos] = _HEX[b >> 4]
-            arena[pos + 1] = _HEX[b & 15]
+            arena[pos] = HEX_DIGITS[b >> 4]
+            arena[pos + 1] = HEX_DIGITS[b & 15]
             pos += 2
     return pos
 

@@ -29,7 +29,7 @@ import numpy as np
 import polars as pl
 from numba import njit
 
-from ..schema import Column, _col, polars_type
+from ..schema import Column, column, polars_type
 from . import smb2_tables as t
 from .common import TRANSACTION_COMMON
 from .ntstatus import STATUS_PENDING, status_is_error, status_names
@@ -46,112 +46,112 @@ class Params:
 
 
 TRANSACTION_COLUMNS: tuple[Column, ...] = TRANSACTION_COMMON + (
-    _col("message", np.uint32, "the request's NBSS message in smb2_messages (with chain_index: its row)"),
-    _col("chain_index", np.uint32, "position of the request in its compound chain (MS-SMB2 3.2.4.1.4)"),
-    _col("compound_size", np.uint32, "number of SMB2 headers in the request's NBSS message; 1 = not "
+    column("message", np.uint32, "the request's NBSS message in smb2_messages (with chain_index: its row)"),
+    column("chain_index", np.uint32, "position of the request in its compound chain (MS-SMB2 3.2.4.1.4)"),
+    column("compound_size", np.uint32, "number of SMB2 headers in the request's NBSS message; 1 = not "
          "compounded"),
-    _col("message_id", np.uint64, "MessageId shared by request and responses (MS-SMB2 2.2.1.2)"),
-    _col("session_id", np.uint64, "SessionId of the request, inherited in related compounds (MS-SMB2 "
+    column("message_id", np.uint64, "MessageId shared by request and responses (MS-SMB2 2.2.1.2)"),
+    column("session_id", np.uint64, "SessionId of the request, inherited in related compounds (MS-SMB2 "
          "3.3.5.2.7.2)"),
-    _col("tree_id", np.uint32, "TreeId of the request, inherited in related compounds"),
-    _col("async_id", np.uint64, "AsyncId the server gave the request in its interim response (MS-SMB2 "
+    column("tree_id", np.uint32, "TreeId of the request, inherited in related compounds"),
+    column("async_id", np.uint64, "AsyncId the server gave the request in its interim response (MS-SMB2 "
          "3.3.4.2)"),
-    _col("status_code", np.uint32, "NTSTATUS of the final response (MS-SMB2 2.2.1.1)"),
-    _col("share", object, "share path (\\\\server\\share) of the request's TreeId, from the TREE_CONNECT "
+    column("status_code", np.uint32, "NTSTATUS of the final response (MS-SMB2 2.2.1.1)"),
+    column("share", object, "share path (\\\\server\\share) of the request's TreeId, from the TREE_CONNECT "
          "(MS-SMB2 2.2.9; a TREE_CONNECT's own path); null when that was not captured", polars=pl.String),
-    _col("path", object, "file path: share + '\\' + the CREATE name of the FileId the request uses (or "
+    column("path", object, "file path: share + '\\' + the CREATE name of the FileId the request uses (or "
          "the CREATE's own); the name alone when the TREE_CONNECT was not captured", polars=pl.String),
-    _col("fid_persistent", np.uint64, "FileId.Persistent the request uses (the CREATE's: from its response)"),
-    _col("fid_volatile", np.uint64, "FileId.Volatile the request uses (the CREATE's: from its response)"),
-    _col("interim_frame", np.uint32, "frame of the interim STATUS_PENDING response (MS-SMB2 3.3.4.2); null "
+    column("fid_persistent", np.uint64, "FileId.Persistent the request uses (the CREATE's: from its response)"),
+    column("fid_volatile", np.uint64, "FileId.Volatile the request uses (the CREATE's: from its response)"),
+    column("interim_frame", np.uint32, "frame of the interim STATUS_PENDING response (MS-SMB2 3.3.4.2); null "
          "when the server answered at once"),
-    _col("interim_ts_ns", np.int64, "time of the interim response"),
-    _col("pending_ns", np.int64, "interim → final response: how long the request sat pending at the "
+    column("interim_ts_ns", np.int64, "time of the interim response"),
+    column("pending_ns", np.int64, "interim → final response: how long the request sat pending at the "
          "server; null when it never went pending or was never answered"),
-    _col("pending_by_design", np.bool_, "CHANGE_NOTIFY: answered only when something changes (MS-SMB2 "
+    column("pending_by_design", np.bool_, "CHANGE_NOTIFY: answered only when something changes (MS-SMB2 "
          "3.3.5.19), so a long wait is not a stall"),
-    _col("expects_response", np.bool_, "False for CANCEL, which is never answered (MS-SMB2 3.3.5.16)"),
-    _col("cancel_frame", np.uint32, "frame of a CANCEL that targeted this request (MS-SMB2 2.2.30)"),
-    _col("cancel_ts_ns", np.int64, "time of that CANCEL"),
-    _col("cancels_frame", np.uint32, "on a CANCEL: the request frame it targets"),
-    _col("oplock", object, "CREATE: oplock level requested (MS-SMB2 2.2.13); OPLOCK_BREAK ack: level "
+    column("expects_response", np.bool_, "False for CANCEL, which is never answered (MS-SMB2 3.3.5.16)"),
+    column("cancel_frame", np.uint32, "frame of a CANCEL that targeted this request (MS-SMB2 2.2.30)"),
+    column("cancel_ts_ns", np.int64, "time of that CANCEL"),
+    column("cancels_frame", np.uint32, "on a CANCEL: the request frame it targets"),
+    column("oplock", object, "CREATE: oplock level requested (MS-SMB2 2.2.13); OPLOCK_BREAK ack: level "
          "acknowledged", polars=pl.Enum(t.OPLOCK_NAMES)),
-    _col("granted_oplock", object, "CREATE: oplock level granted (MS-SMB2 2.2.14)",
+    column("granted_oplock", object, "CREATE: oplock level granted (MS-SMB2 2.2.14)",
          polars=pl.Enum(t.OPLOCK_NAMES)),
-    _col("lease_key", object, "CREATE: LeaseKey requested (MS-SMB2 2.2.13.2.8); requests on a FileId: the "
+    column("lease_key", object, "CREATE: LeaseKey requested (MS-SMB2 2.2.13.2.8); requests on a FileId: the "
          "LeaseKey its CREATE requested; lease break ack: the key (MS-SMB2 2.2.24.2)", polars=pl.String),
-    _col("lease_state", np.uint32, "CREATE: lease state requested; lease break ack: state acknowledged"),
-    _col("granted_lease_state", np.uint32, "CREATE: lease state granted (MS-SMB2 2.2.14.2.10)"),
-    _col("create_disposition", object, "CREATE: CreateDisposition (MS-SMB2 2.2.13)",
+    column("lease_state", np.uint32, "CREATE: lease state requested; lease break ack: state acknowledged"),
+    column("granted_lease_state", np.uint32, "CREATE: lease state granted (MS-SMB2 2.2.14.2.10)"),
+    column("create_disposition", object, "CREATE: CreateDisposition (MS-SMB2 2.2.13)",
          polars=pl.Enum(t.DISPOSITION_NAMES)),
-    _col("create_options", np.uint32, "CREATE: CreateOptions (MS-SMB2 2.2.13)"),
-    _col("desired_access", np.uint32, "CREATE: DesiredAccess (MS-SMB2 2.2.13)"),
-    _col("share_access", np.uint32, "CREATE: ShareAccess (MS-SMB2 2.2.13)"),
-    _col("create_action", object, "CREATE: CreateAction of the response (MS-SMB2 2.2.14)",
+    column("create_options", np.uint32, "CREATE: CreateOptions (MS-SMB2 2.2.13)"),
+    column("desired_access", np.uint32, "CREATE: DesiredAccess (MS-SMB2 2.2.13)"),
+    column("share_access", np.uint32, "CREATE: ShareAccess (MS-SMB2 2.2.13)"),
+    column("create_action", object, "CREATE: CreateAction of the response (MS-SMB2 2.2.14)",
          polars=pl.Enum(t.ACTION_NAMES)),
-    _col("break_kind", object, "OPLOCK_BREAK requests: oplock_break_ack or lease_break_ack",
+    column("break_kind", object, "OPLOCK_BREAK requests: oplock_break_ack or lease_break_ack",
          polars=pl.Enum(t.BREAK_KINDS)),
-    _col("file_offset", np.uint64, "READ / WRITE: Offset (MS-SMB2 2.2.19, 2.2.21)"),
-    _col("io_length", np.uint32, "READ / WRITE: Length requested (MS-SMB2 2.2.19, 2.2.21)"),
-    _col("info_class_name", object, "QUERY_INFO / SET_INFO / QUERY_DIRECTORY information class (MS-FSCC 2.4)",
+    column("file_offset", np.uint64, "READ / WRITE: Offset (MS-SMB2 2.2.19, 2.2.21)"),
+    column("io_length", np.uint32, "READ / WRITE: Length requested (MS-SMB2 2.2.19, 2.2.21)"),
+    column("info_class_name", object, "QUERY_INFO / SET_INFO / QUERY_DIRECTORY information class (MS-FSCC 2.4)",
          polars=pl.String),
-    _col("target_name", object, "SET_INFO rename / link: the new name (MS-FSCC 2.4.37.2)", polars=pl.String),
-    _col("delete_pending", np.bool_, "SET_INFO FileDispositionInformation: delete on close requested"),
-    _col("ioctl", object, "IOCTL: the FSCTL name or 0xXXXXXXXX (MS-SMB2 2.2.31)", polars=pl.String),
+    column("target_name", object, "SET_INFO rename / link: the new name (MS-FSCC 2.4.37.2)", polars=pl.String),
+    column("delete_pending", np.bool_, "SET_INFO FileDispositionInformation: delete on close requested"),
+    column("ioctl", object, "IOCTL: the FSCTL name or 0xXXXXXXXX (MS-SMB2 2.2.31)", polars=pl.String),
 )
 TRANSACTION_NAMES = tuple(c.name for c in TRANSACTION_COLUMNS)
 
 BREAK_COLUMNS: tuple[Column, ...] = (
-    _col("flow", np.uint32, "connection the notification came on"),
-    _col("client", object, "client address the notification went to", polars=pl.String),
-    _col("client_port", np.uint16, "client port"),
-    _col("server", object, "server address", polars=pl.String),
-    _col("server_port", np.uint16, "server port"),
-    _col("frame", np.uint32, "frame of the break notification (MS-SMB2 2.2.23.1 / 2.2.23.2)"),
-    _col("ts_ns", np.int64, "time of the break notification"),
-    _col("kind", object, "oplock or lease", polars=pl.Enum(["oplock", "lease"])),
-    _col("fid_persistent", np.uint64, "oplock breaks: FileId.Persistent (MS-SMB2 2.2.23.1)"),
-    _col("fid_volatile", np.uint64, "oplock breaks: FileId.Volatile"),
-    _col("lease_key", object, "lease breaks: LeaseKey (MS-SMB2 2.2.23.2)", polars=pl.String),
-    _col("old_state", object, "before: the oplock level (the level of the previous break of the same "
+    column("flow", np.uint32, "connection the notification came on"),
+    column("client", object, "client address the notification went to", polars=pl.String),
+    column("client_port", np.uint16, "client port"),
+    column("server", object, "server address", polars=pl.String),
+    column("server_port", np.uint16, "server port"),
+    column("frame", np.uint32, "frame of the break notification (MS-SMB2 2.2.23.1 / 2.2.23.2)"),
+    column("ts_ns", np.int64, "time of the break notification"),
+    column("kind", object, "oplock or lease", polars=pl.Enum(["oplock", "lease"])),
+    column("fid_persistent", np.uint64, "oplock breaks: FileId.Persistent (MS-SMB2 2.2.23.1)"),
+    column("fid_volatile", np.uint64, "oplock breaks: FileId.Volatile"),
+    column("lease_key", object, "lease breaks: LeaseKey (MS-SMB2 2.2.23.2)", polars=pl.String),
+    column("old_state", object, "before: the oplock level (the level of the previous break of the same "
          "FileId, else the one the CREATE granted: level2, exclusive, batch) or the CurrentLeaseState as "
          "letters (RWH, RH, R ...)", polars=pl.String),
-    _col("new_state", object, "after: the oplock level to break to, or the NewLeaseState as letters; "
+    column("new_state", object, "after: the oplock level to break to, or the NewLeaseState as letters; "
          "'none' for nothing", polars=pl.String),
-    _col("current_lease_state", np.uint32, "lease breaks: CurrentLeaseState (MS-SMB2 2.2.23.2)"),
-    _col("new_lease_state", np.uint32, "lease breaks: NewLeaseState (MS-SMB2 2.2.23.2)"),
-    _col("break_reason", np.uint32, "lease breaks: BreakReason (MS-SMB2 2.2.23.2)"),
-    _col("ack_required", np.bool_, "an acknowledgment is expected: oplock breaks from exclusive/batch, "
+    column("current_lease_state", np.uint32, "lease breaks: CurrentLeaseState (MS-SMB2 2.2.23.2)"),
+    column("new_lease_state", np.uint32, "lease breaks: NewLeaseState (MS-SMB2 2.2.23.2)"),
+    column("break_reason", np.uint32, "lease breaks: BreakReason (MS-SMB2 2.2.23.2)"),
+    column("ack_required", np.bool_, "an acknowledgment is expected: oplock breaks from exclusive/batch, "
          "not from level II (MS-SMB2 3.3.4.6); lease breaks with SMB2_NOTIFY_BREAK_LEASE_FLAG_ACK_REQUIRED "
          "(2.2.23.2)"),
-    _col("lease_epoch", np.uint16, "lease breaks: NewEpoch (MS-SMB2 2.2.23.2)"),
-    _col("share", object, "share of the open that was broken", polars=pl.String),
-    _col("path", object, "path of the open (oplock: by FileId; lease: the latest CREATE that requested "
+    column("lease_epoch", np.uint16, "lease breaks: NewEpoch (MS-SMB2 2.2.23.2)"),
+    column("share", object, "share of the open that was broken", polars=pl.String),
+    column("path", object, "path of the open (oplock: by FileId; lease: the latest CREATE that requested "
          "the LeaseKey)", polars=pl.String),
-    _col("lease_paths", object, "lease breaks: every path a CREATE requested the LeaseKey for, before the "
+    column("lease_paths", object, "lease breaks: every path a CREATE requested the LeaseKey for, before the "
          "notification", polars=pl.List(pl.String)),
-    _col("owner_flow", np.uint32, "connection of the CREATE that obtained the oplock or lease"),
-    _col("owner_frame", np.uint32, "frame of that CREATE request"),
-    _col("ack_frame", np.uint32, "frame of the acknowledgment (MS-SMB2 2.2.24); null if never acknowledged"),
-    _col("ack_ts_ns", np.int64, "time of the acknowledgment"),
-    _col("ack_latency_ns", np.int64, "notification → acknowledgment: how long the client sat on the break"),
-    _col("ack_state", object, "the level or lease state acknowledged", polars=pl.String),
-    _col("ack_response_frame", np.uint32, "frame of the server's response to the acknowledgment (MS-SMB2 "
+    column("owner_flow", np.uint32, "connection of the CREATE that obtained the oplock or lease"),
+    column("owner_frame", np.uint32, "frame of that CREATE request"),
+    column("ack_frame", np.uint32, "frame of the acknowledgment (MS-SMB2 2.2.24); null if never acknowledged"),
+    column("ack_ts_ns", np.int64, "time of the acknowledgment"),
+    column("ack_latency_ns", np.int64, "notification → acknowledgment: how long the client sat on the break"),
+    column("ack_state", object, "the level or lease state acknowledged", polars=pl.String),
+    column("ack_response_frame", np.uint32, "frame of the server's response to the acknowledgment (MS-SMB2 "
          "2.2.25)"),
-    _col("ack_response_ts_ns", np.int64, "time of that response"),
-    _col("ack_response_status", object, "NTSTATUS of that response", polars=pl.String),
-    _col("trigger_frame", np.uint32, "frame of the request that caused the break: the latest request on the "
+    column("ack_response_ts_ns", np.int64, "time of that response"),
+    column("ack_response_status", object, "NTSTATUS of that response", polars=pl.String),
+    column("trigger_frame", np.uint32, "frame of the request that caused the break: the latest request on the "
          "same path (or, for a directory lease, under it) sent at most Params.trigger_window_ns before the "
          "notification, by another open; one that waited for the break (answered after the ack, or never) "
          "is preferred"),
-    _col("trigger_flow", np.uint32, "connection of the triggering request"),
-    _col("trigger_client", object, "client address of the triggering request", polars=pl.String),
-    _col("trigger_operation", object, "command of the triggering request", polars=pl.String),
-    _col("trigger_path", object, "path of the triggering request", polars=pl.String),
-    _col("trigger_status", object, "final NTSTATUS of the triggering request", polars=pl.String),
-    _col("trigger_response_frame", np.uint32, "frame of its final response"),
-    _col("trigger_wait_ns", np.int64, "its latency: how long it waited (null when unanswered)"),
-    _col("trigger_match", object, "blocked: it was answered only after the acknowledgment (or never), on "
+    column("trigger_flow", np.uint32, "connection of the triggering request"),
+    column("trigger_client", object, "client address of the triggering request", polars=pl.String),
+    column("trigger_operation", object, "command of the triggering request", polars=pl.String),
+    column("trigger_path", object, "path of the triggering request", polars=pl.String),
+    column("trigger_status", object, "final NTSTATUS of the triggering request", polars=pl.String),
+    column("trigger_response_frame", np.uint32, "frame of its final response"),
+    column("trigger_wait_ns", np.int64, "its latency: how long it waited (null when unanswered)"),
+    column("trigger_match", object, "blocked: it was answered only after the acknowledgment (or never), on "
          "another connection or session than the open that was broken: the break queue; preceding: the "
          "latest request that could have caused the break, answered before that",
          polars=pl.Enum(["blocked", "preceding"])),

@@ -13,7 +13,7 @@ import polars as pl
 import pyarrow as pa
 from numba import njit
 
-_HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)  # lower-case hex digits, for kernels that write hex into an arena
 
 
 @njit(cache=True, _nrt=False)
@@ -36,8 +36,8 @@ def put_escaped(arena, pos, src, start, n):
                 return -1
             arena[pos] = 0x5C
             arena[pos + 1] = 0x78
-            arena[pos + 2] = _HEX[b >> 4]
-            arena[pos + 3] = _HEX[b & 15]
+            arena[pos + 2] = HEX_DIGITS[b >> 4]
+            arena[pos + 3] = HEX_DIGITS[b & 15]
             pos += 4
     return pos
 

@@ -46,8 +46,8 @@ SEGMENT_DESCRIPTIONS = {
 }
 
 # descriptions for export's schema.json (types come from the frames themselves)
-schema.FRAMES.setdefault("tcp_segments", tuple(schema._col(k, object, v) for k, v in SEGMENT_DESCRIPTIONS.items()))
-schema.FRAMES.setdefault("connections", tuple(schema._col(k, object, v) for k, v in CONNECTION_DESCRIPTIONS.items()))
+schema.FRAMES.setdefault("tcp_segments", tuple(schema.column(k, object, v) for k, v in SEGMENT_DESCRIPTIONS.items()))
+schema.FRAMES.setdefault("connections", tuple(schema.column(k, object, v) for k, v in CONNECTION_DESCRIPTIONS.items()))
 
 _TCP_COLUMNS = ("frame", "ts_ns", "src", "dst", "sport", "dport", "tcp_flags", "seq", "ack", "window",
                 "wscale", "mss", "sack_perm", "ts_val", "payload_len", "payload_caplen", "payload_offset",
