@@ -87,6 +87,7 @@ from ..columns import enum_from_codes, series
 from ..messages import KEPT_COLUMNS, message_sets as shared_message_sets
 from ..messages import TRANSPORTS, MessageSet
 from ..schema import FRAMES, Column, column, empty_frame
+from .protocol import Protocol
 from . import dns_kernels as k
 from .common import TRANSACTION_COMMON
 from .text import arena_strings
@@ -94,6 +95,12 @@ from .text import arena_strings
 UDP_PORTS = (53,)
 TCP_PORTS = (53,)
 TCP_FRAMING = "length16"  # RFC 1035 §4.2.2: a two-octet length before each message
+
+PROTOCOL = Protocol(
+    name="dns", title="DNS", spec="RFC 1035", udp_ports=UDP_PORTS, tcp_ports=TCP_PORTS, tcp_framing=TCP_FRAMING,
+    frames=("dns_messages", "dns_transactions"), transactions="dns_transactions",
+    requests_noun="DNS queries", services={53: "dns"},
+)
 
 # --- code tables ----------------------------------------------------------------------------------
 

@@ -40,6 +40,7 @@ from numba import njit
 from ..capture import frame_builder
 from ..messages import KEPT_COLUMNS, MessageSet, message_sets as shared_message_sets
 from ..schema import FRAMES, Column, column, empty_frame, polars_type
+from .protocol import Protocol
 from . import ber
 from .common import TRANSACTION_COMMON
 from .kerberos_kernels import (  # noqa: F401  (the kernels and their field layout)
@@ -51,6 +52,13 @@ from .kerberos_kernels import (  # noqa: F401  (the kernels and their field layo
 UDP_PORTS = {88}
 TCP_PORTS = {88}
 TCP_FRAMING = "record_mark"
+
+PROTOCOL = Protocol(
+    name="kerberos", title="Kerberos", spec="RFC 4120", udp_ports=tuple(sorted(UDP_PORTS)),
+    tcp_ports=tuple(sorted(TCP_PORTS)), tcp_framing=TCP_FRAMING,  # RFC 4120 §7.2.2: a 4-octet record mark
+    frames=("kerberos_messages", "kerberos_transactions"), transactions="kerberos_transactions",
+    requests_noun="Kerberos requests", services={88: "kerberos", 464: "kpasswd", 749: "kerberos-adm"},
+)
 
 # RFC 4120 §7.5.7 (msg-type values; §5.10: the [APPLICATION n] tag of each message is the same n)
 MESSAGE_TYPES = {

@@ -49,6 +49,7 @@ import polars as pl
 from ..capture import frame_builder
 from ..messages import KEPT_COLUMNS, MessageSet, message_sets as shared_message_sets
 from ..schema import FRAMES, Column, column, empty_frame, polars_type
+from .protocol import Protocol
 from . import ber
 from .common import TRANSACTION_COMMON
 from .ldap_kernels import (  # noqa: F401  (the kernels and their field layout)
@@ -60,6 +61,15 @@ from .ldap_kernels import (  # noqa: F401  (the kernels and their field layout)
 UDP_PORTS = {389}
 TCP_PORTS = {389, 3268}
 TCP_FRAMING = "ber"
+
+PROTOCOL = Protocol(
+    name="ldap", title="LDAP", spec="RFC 4511", udp_ports=tuple(sorted(UDP_PORTS)),
+    tcp_ports=tuple(sorted(TCP_PORTS)), tcp_framing=TCP_FRAMING,  # RFC 4511 §5.1: one BER LDAPMessage after another
+    frames=("ldap_messages", "ldap_transactions"), transactions="ldap_transactions",
+    setup_operations=("bindRequest", "unbindRequest", "abandonRequest"), setup_words="bind",  # RFC 4511 §4.2, §4.3, §4.11
+    requests_noun="LDAP requests", work_noun="LDAP operations",
+    services={389: "ldap", 636: "ldaps", 3268: "ldap-gc", 3269: "ldaps-gc"},
+)
 
 # RFC 4511 §4.2 - §4.14 and Appendix B: protocolOp [APPLICATION n] -> name (the ASN.1 identifiers,
 # as tshark's ldap.protocolOp shows them)

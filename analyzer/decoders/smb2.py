@@ -27,6 +27,7 @@ from ..capture import frame_builder
 from ..messages import KEPT_COLUMNS, MESSAGE_COLUMNS as _SET_COLUMNS, message_sets as shared_message_sets
 from ..messages import MessageSet
 from ..schema import FRAMES, Column, column, empty_frame
+from .protocol import Protocol
 from . import smb2_kernel as k
 from . import smb2_tables as t
 from .ntstatus import code_names, status_names
@@ -39,6 +40,15 @@ __all__ = ["BREAK_COLUMNS", "MESSAGE_COLUMNS", "TRANSACTION_COLUMNS", "TCP_FRAMI
 TCP_PORTS = (445, 139)
 UDP_PORTS: tuple[int, ...] = ()
 TCP_FRAMING = "nbss"
+
+PROTOCOL = Protocol(
+    name="smb2", title="SMB2", spec="MS-SMB2", tcp_ports=TCP_PORTS, tcp_framing=TCP_FRAMING,  # MS-SMB2 2.1
+    frames=("smb2_messages", "smb2_transactions", "smb2_breaks"), transactions="smb2_transactions",
+    # MS-SMB2 3.2.4.2: a connection is negotiated, a session set up and a share connected before work
+    setup_operations=("NEGOTIATE", "SESSION_SETUP", "TREE_CONNECT", "TREE_DISCONNECT", "LOGOFF", "ECHO", "CANCEL"),
+    setup_words="negotiate/session setup", work_operations=("CREATE",),
+    requests_noun="SMB2 requests", work_noun="SMB2 opens", services={139: "netbios-ssn", 445: "smb"},
+)
 
 
 MESSAGE_COLUMNS: tuple[Column, ...] = KEPT_COLUMNS + (

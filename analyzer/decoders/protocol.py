@@ -1,0 +1,63 @@
+"""One declaration per protocol: what every other layer needs to know about a decoder.
+
+A decoder module declares ``PROTOCOL = Protocol(...)`` beside its frame builders, and
+``analyzer/decoders/registry.py`` lists the module once. Every list that names protocols — the
+transaction frames the detectors read, ``stats``' protocol order and names, the service names of
+``info``'s port table, the framings used on TCP, the nouns detectors put in their sentences — is
+derived from these declarations (:mod:`analyzer.decoders.registry`), so adding a protocol touches
+its own module(s) and that one line.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# How to tell the client side of a flow (``from_client`` of the message sets):
+# - "service_port": the side sending *to* one of the protocol's ports (the lower one when both ends
+#   use a service port). Right for DNS, Kerberos, LDAP, SMB2: their clients use ephemeral ports.
+# - "connection_initiator": TCP: the side that sent the SYN (analyzer.tcp's client_side), whatever
+#   the ports; UDP falls back to "service_port". For protocols that use one port at both ends or call
+#   back (NFSv4 callbacks, RFC 8881 §2.10.3.1 on the fore channel's connection).
+# - "message": the decoder decides per message from its bytes (ONC-RPC's msg_type CALL/REPLY,
+#   RFC 5531 §9; RoCEv2 opcodes on UDP 4791 at both ends): ``Protocol.message_direction`` names a
+#   function(MessageSet) -> bool array (True: sent by the client).
+CLIENT_SIDE_RULES = ("service_port", "connection_initiator", "message")
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """What a decoder is: its name, where it listens, how its TCP stream is framed, which side is the
+    client, the frames it builds and the words a sentence about it uses."""
+
+    name: str  # lower-case key: frame prefix ("dns" -> dns_messages), the ``protocol`` value of stats
+    title: str  # how a person writes it: "DNS", "Kerberos", "SMB2"
+    spec: str  # the reference its decoder follows ("RFC 1035", "MS-SMB2")
+    udp_ports: tuple[int, ...] = ()
+    tcp_ports: tuple[int, ...] = ()
+    tcp_framing: str | None = None  # a name of analyzer.tcp.framing.FRAMINGS
+    client_side: str = "service_port"  # one of CLIENT_SIDE_RULES
+    message_direction: str | None = None  # "module:function" for client_side == "message"
+    frames: tuple[str, ...] = ()  # every frame the decoder's builders register
+    transactions: str | None = None  # the frame that starts with common.TRANSACTION_COMMON, if any
+    # operations that set a session up or tear it down rather than do work (conn_churn's "setup")
+    setup_operations: tuple[str, ...] = ()
+    setup_words: str = ""  # the set-up in a sentence: "bind", "negotiate/session setup"
+    # operations that count as the unit of useful work when present (SMB2: CREATE, an open per file)
+    work_operations: tuple[str, ...] = ()
+    requests_noun: str = ""  # plural, in a sentence: "DNS queries", "Kerberos requests"
+    work_noun: str = ""  # what conn_churn counts per connection: "LDAP operations", "SMB2 opens"
+    # port -> service name for info's port table (as tshark's port tables name it)
+    services: dict[int, str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.client_side not in CLIENT_SIDE_RULES:
+            raise ValueError(f"{self.name}: client_side {self.client_side!r} is not one of {CLIENT_SIDE_RULES}")
+        if self.client_side == "message" and not self.message_direction:
+            raise ValueError(f"{self.name}: client_side 'message' needs message_direction")
+        if self.transactions is not None and self.transactions not in self.frames:
+            raise ValueError(f"{self.name}: transactions frame {self.transactions!r} is not among its frames")
+        if self.tcp_ports and not self.tcp_framing:
+            raise ValueError(f"{self.name}: TCP ports without a framing")
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        return tuple(sorted(set(self.udp_ports) | set(self.tcp_ports)))
