@@ -223,6 +223,16 @@ def client_identity(requests: pl.DataFrame, *, addr: str = "client", port: str =
             .otherwise(pl.col(addr).cast(pl.String))), "address+port"
 
 
+def fmt_number(x: float) -> str:
+    """A measured number in a sentence: thousands separated from 100 up, one decimal from 10, two
+    significant digits below (1,234 · 12.3 · 1.2 · 0.012)."""
+    if x >= 100:
+        return f"{x:,.0f}"
+    if x >= 10:
+        return f"{x:.1f}"
+    return f"{x:.2g}"
+
+
 def evidence(frames: pl.Expr) -> pl.Expr:
     """Aggregate frame numbers into the evidence list (use inside ``group_by().agg``)."""
     return frames.cast(pl.UInt32).unique().sort().alias("evidence_frames")

@@ -74,7 +74,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from .base import (client_identity_by, fmt_limited, fmt_ns, findings, empty_findings, resolution_ns,
+from .base import (client_identity_by, fmt_limited, fmt_ns, fmt_number, findings, empty_findings, resolution_ns,
                    severity_from_scale, transaction_frames, PROTOCOL_KINDS, SEVERITIES)
 from .herd_search import herd_segments, stats_columns
 from .params import LOWER, UPPER, param
@@ -384,14 +384,6 @@ def _verb(protocol: str, operation: str, ttl: bool) -> str:
     return f"sent {operation} for" if operation else "asked for"
 
 
-def _num(x: float) -> str:
-    if x >= 100:
-        return f"{x:,.0f}"
-    if x >= 10:
-        return f"{x:.1f}"
-    return f"{x:.2g}"
-
-
 def _explain(r: dict, res_ns: float) -> str:
     span = r["end_ns"] - r["start_ns"]
     if span < res_ns:
@@ -419,10 +411,10 @@ def _explain(r: dict, res_ns: float) -> str:
     rate = r["arrivals"] / max(span, res_ns) * S
     if r["baseline_outside"] > 0:
         factor = rate / r["baseline_outside"]
-        rate_s = (f"; {_num(rate)}/s against {_num(r['baseline_outside'])}/s otherwise "
-                  f"({_num(factor) if factor < 1000 else 'over 1,000'}x)")
+        rate_s = (f"; {fmt_number(rate)}/s against {fmt_number(r['baseline_outside'])}/s otherwise "
+                  f"({fmt_number(factor) if factor < 1000 else 'over 1,000'}x)")
     else:
-        rate_s = f"; {_num(rate)}/s, and no other requests for it in the capture"
+        rate_s = f"; {fmt_number(rate)}/s, and no other requests for it in the capture"
     if r["p99_during"] is None and not r["answers_seen"]:
         lat = "; the server's responses are not in the capture (one direction only?), so its latency cannot be judged"
     elif r["p99_during"] is None:

@@ -74,7 +74,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from .base import (client_identity_by, fmt_limited, fmt_ns, findings, empty_findings, resolution_ns,
+from .base import (client_identity_by, fmt_limited, fmt_ns, fmt_number, findings, empty_findings, resolution_ns,
                    transaction_frames, PROTOCOL_KINDS, SEVERITIES)
 from .params import LOWER, UPPER, param
 from .herd import requests_of, streams_text
@@ -358,14 +358,6 @@ _KIND_WORDS = {"dns": "DNS queries", "kerberos": "Kerberos requests", "ldap": "L
                "smb2": "SMB2 requests", "tcp": "TCP SYNs"}
 
 
-def _num(x: float) -> str:
-    if x >= 100:
-        return f"{x:,.0f}"
-    if x >= 10:
-        return f"{x:.1f}"
-    return f"{x:.2g}"
-
-
 def _explain(r: dict, res_ns: float) -> str:
     kind = r["kind"]
     what = r["resource"] or r["operation"]
@@ -379,7 +371,7 @@ def _explain(r: dict, res_ns: float) -> str:
     clients = f"{r['clients']} clients" if r["clients"] != 1 else f"1 client ({r['one_client']})"
     head = (f"{clients} resent {noun} {what} at {r['server']} {r['retries']} times over "
             f"{fmt_ns(max(r['end_ns'] - r['first_send_ns'], res_ns))}: {r['chains']} request(s) retried, "
-            f"{_num(r['retries'] / r['chains'])} retries per request ({_num(r['amplification'])}x amplification)")
+            f"{fmt_number(r['retries'] / r['chains'])} retries per request ({fmt_number(r['amplification'])}x amplification)")
     if r["answered_any_proto"] is False:
         return head + ("; no answer of this protocol is in the capture (one direction only?), so resends cannot "
                        "be told from new requests (informational)")
@@ -396,7 +388,7 @@ def _explain(r: dict, res_ns: float) -> str:
         back = f"; {name}{jit}, median interval {fmt_ns(r['median_interval_ns'])}"
     phase = ""
     if r["speedup"] is not None and r["pace_known"] >= 0.5 and r["speedup"] >= 1.5:
-        phase += (f"; {_num(r['speedup'])}x faster than the clients normally ask for it (every "
+        phase += (f"; {fmt_number(r['speedup'])}x faster than the clients normally ask for it (every "
                   f"{fmt_limited(r['normal_gap'], res_ns)})")
     if r["sync"] is not None:
         phase += "; clients retry in phase (synchronised)" if r["synced"] else "; clients retry out of phase"
@@ -417,7 +409,7 @@ def _explain(r: dict, res_ns: float) -> str:
                  f"{fmt_limited(r['rtt_ns'], res_ns)} "
                  f"{rtt_name}{rtt_of}: clients resend before it could have answered")
     else:
-        timer = (f"; retry timer {fmt_ns(r['timer_ns'])} is {_num(r['timer_ns'] / r['rtt_ns'])}x the "
+        timer = (f"; retry timer {fmt_ns(r['timer_ns'])} is {fmt_number(r['timer_ns'] / r['rtt_ns'])}x the "
                  f"{fmt_limited(r['rtt_ns'], res_ns)} {rtt_name}{rtt_of}")
     outcome = (f"; {r['chains_ok']} of {r['chains']} eventually succeeded" if r["chains_ok"] < r["chains"]
                else "; all eventually succeeded")
