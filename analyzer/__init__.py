@@ -100,7 +100,7 @@ def _set_cache_dir(path: str) -> None:
 
 
 def _disable_caching() -> None:
-    from numba.core.dispatcher import Dispatcher
+    from numba.core.dispatcher import Dispatcher  # lazy: Numba only when its cache cannot be written
 
     Dispatcher.enable_caching = lambda self: None
 
@@ -110,7 +110,7 @@ CACHE_NOTICE = _cache_fallback()
 
 def __getattr__(name: str):
     if name in ("Capture", "open_capture", "open_captures"):
-        from . import capture
+        from . import capture  # lazy: PEP 562; the reader loads Polars and Numba on first use
 
         return getattr(capture, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -6,6 +6,7 @@ detector asks for ``cap.frame("dns_transactions")`` without knowing what it take
 """
 from __future__ import annotations
 
+import importlib
 import os
 from typing import Callable
 
@@ -24,8 +25,6 @@ _BUILDER_MODULES = ("analyzer.tcp", "analyzer.decoders.registry")
 
 
 def _load_builders() -> None:
-    import importlib
-
     for module in _BUILDER_MODULES:
         importlib.import_module(module)
 

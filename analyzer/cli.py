@@ -1,6 +1,11 @@
-"""The ``herdscope`` command.
+"""The ``herdscope`` command: the entry point, which parses the arguments and dispatches.
 
 ``main(argv)`` returns an :class:`ExitCode` so tests call it in-process (pytest's own pattern).
+The commands over the capture itself (``info``, ``stats``, ``export``) are written here with the
+analyzer's own functions; those that run the detectors (``scan``, ``show``, ``detectors``) are in
+``detectors/scan_command.py``, ``dashboard`` in ``dashboards/launch.py``. This module is the one
+place of ``analyzer/`` that reaches those upper layers (``tests/test_layers.py`` checks it), and it
+imports them inside the commands so that ``herdscope --help`` loads neither Polars nor Numba.
 
 Every failure a user can act on is one line on standard error, ``herdscope: ...``, and an exit code
 that means one thing: a traceback only ever comes with exit 4 (a bug). Outputs (``--output``,
@@ -10,19 +15,18 @@ shell reports for a process that SIGPIPE ended, as ``yes | head`` does: never 1 
 """
 from __future__ import annotations
 
-import contextlib
-import enum
 import errno
 import json
 import os
 import sys
-import tomllib
 import traceback
 
 import click
 
 from . import __version__
-from .errors import HerdscopeError, UnreadableCapture
+from .command import check_output_dir, check_output_file, each_capture, open_captures, writing
+from .errors import ExitCode, HerdscopeError, OutputError, UnreadableCapture, fail
+
 
 def exit_codes_help(*, findings: bool = False, writes: bool = False, reads: bool = True,
                     usage: str = "") -> str:
@@ -45,99 +49,6 @@ EXIT_CODES_HELP = exit_codes_help(findings=True, writes=True)  # all of them (th
 # A capture argument: "-" is standard input; whether it exists or can be read is left to the reader,
 # which says so in one line with exit 3 (click's own check would make an unreadable file a usage error).
 CAPTURE_PATH = click.Path(allow_dash=True, readable=False)
-
-
-def _open(paths: list[str]):
-    """The files read as one capture (``open_captures``), under the command line's rule that a file
-    from which damage let no packet at all be read is unreadable (exit 3), not an empty capture."""
-    from . import CACHE_NOTICE
-    from .capture import open_captures
-
-    global _notice_shown
-    if CACHE_NOTICE and not _notice_shown:
-        _notice_shown = True
-        _fail(f"note: {CACHE_NOTICE}")
-    cap = open_captures(paths)
-    for path, report in cap.reports:
-        reason = report.nothing_read()
-        if reason:
-            cap.close()
-            raise UnreadableCapture(f"{path}: {reason}")
-        if report.gzip_damage:  # said on stderr too: the packets after it are lost
-            cap.warnings.append(f"{path}: {report.gzip_damage}; the packets before the damage are read")
-    return cap
-
-
-_notice_shown = False
-
-
-def _each_capture(files, per_capture) -> int:
-    """Open each file and call ``per_capture(path, cap)``; unreadable files are reported, not fatal."""
-    code = ExitCode.OK
-    for path in files:
-        try:
-            with _open([path]) as cap:
-                per_capture(path, cap)
-        except UnreadableCapture as exc:
-            _fail(str(exc))
-            code = ExitCode.UNREADABLE
-    return code
-
-
-class ExitCode(enum.IntEnum):
-    OK = 0  # success
-    FINDINGS = 1  # scan found something at or above --fail-on
-    USAGE = 2  # bad command line, or an output that cannot be written
-    UNREADABLE = 3  # an input could not be read as a capture
-    INTERNAL = 4  # a bug
-    INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C
-    BROKEN_PIPE = 141  # 128 + SIGPIPE: standard output was closed before all was written
-
-
-class OutputError(HerdscopeError):
-    """An output file or directory that cannot be written (exit 2)."""
-
-
-def _fail(message: str) -> None:
-    click.echo(f"herdscope: {message}", err=True)
-
-
-def _check_output_file(option: str, path: str | None) -> None:
-    """Fail now, before any capture is read, when ``path`` cannot be written."""
-    if not path:
-        return
-    if os.path.isdir(path):
-        raise OutputError(f"{option} {path}: is a directory")
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise OutputError(f"{option} {path}: the directory {parent} does not exist")
-    target = path if os.path.exists(path) else parent
-    if not os.access(target, os.W_OK):
-        raise OutputError(f"{option} {path}: {'the file' if target == path else 'its directory'} is not writable")
-
-
-def _check_output_dir(option: str, path: str) -> None:
-    """Fail now when directory ``path`` neither is nor can be created as a writable directory."""
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise OutputError(f"{option} {path}: exists and is not a directory")
-    probe = os.path.abspath(path)
-    while not os.path.exists(probe):
-        probe = os.path.dirname(probe)
-    if not os.path.isdir(probe):
-        raise OutputError(f"{option} {path}: {probe} is not a directory")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise OutputError(f"{option} {path}: {probe} is not writable")
-
-
-@contextlib.contextmanager
-def _writing(option: str, path: str | None):
-    """Turn a failed write of ``path`` into a one-line OutputError (a closed stdout stays EPIPE)."""
-    try:
-        yield
-    except OSError as exc:
-        if exc.errno == errno.EPIPE or not path:
-            raise
-        raise OutputError(f"{option} {path}: {exc.strerror or exc}") from exc
 
 
 class _StdoutClosed(Exception):
@@ -174,8 +85,8 @@ def cli() -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="json: one object per file, one per line (the README lists its keys)")
 def info(files: tuple[str, ...], fmt: str) -> int:
-    from .render import print_summary
-    from .summary import summarize
+    from .render import print_summary  # lazy: loads rich, and the summary Polars (not for --help)
+    from .summary import summarize  # lazy: loads Polars
 
     def show(path, cap):
         summary = summarize(cap)
@@ -184,7 +95,7 @@ def info(files: tuple[str, ...], fmt: str) -> int:
         else:
             print_summary(summary)
 
-    return _each_capture(files, show)
+    return each_capture(files, show)
 
 
 @cli.command(help=f"Write the frames of a capture as Parquet files, one per frame, plus "
@@ -198,20 +109,20 @@ def info(files: tuple[str, ...], fmt: str) -> int:
 @click.option("--compression", type=click.Choice(["lz4", "zstd", "snappy", "uncompressed"]), default="lz4",
               show_default=True, help="Parquet compression (zstd: smaller, slower to write)")
 def export(file: str, out_dir: str, frames: str, compression: str) -> int:
-    from .export import export_frames
+    from .export import export_frames  # lazy: loads the reader and Polars (not for --help)
 
     wanted = None if frames.strip() == "all" else [f.strip() for f in frames.split(",") if f.strip()]
     if wanted is not None and not wanted:  # `--frames ''` is a mistake, not "all"
         raise click.UsageError("--frames: no frame named (a comma-separated list, or 'all')")
-    _check_output_dir("--out", out_dir)
+    check_output_dir("--out", out_dir)
     try:
-        with _open([file]) as cap, _writing("--out", out_dir):
+        with open_captures([file]) as cap, writing("--out", out_dir):
             written = export_frames(cap, out_dir, wanted, compression)
     except UnreadableCapture as exc:
-        _fail(str(exc))
+        fail(str(exc))
         return ExitCode.UNREADABLE
     except KeyError as exc:
-        _fail(str(exc.args[0]))
+        fail(str(exc.args[0]))
         return ExitCode.USAGE
     width = max((len(name) for name, _, _ in written), default=0)
     for name, path, rows in written:
@@ -239,7 +150,7 @@ class _StatsCommand(click.Command):
     when the help is shown (plain ``herdscope --help`` does not load the decoders)."""
 
     def get_help(self, ctx: click.Context) -> str:
-        from .stats import outcome_help
+        from .stats import outcome_help  # lazy: loads the decoders, only when the help is shown
 
         self.help = f"{STATS_HELP}\n\n{outcome_help()}\n\n{STATS_EXIT_CODES}"
         return super().get_help(ctx)
@@ -261,7 +172,7 @@ def selection_options(command):
 
 
 def parse_selection(start, end, hosts, ports):
-    from .selection import Selection, SelectionError
+    from .selection import Selection, SelectionError  # lazy: only commands that select load it
 
     try:
         return Selection.from_options(start, end, hosts, ports)
@@ -280,8 +191,9 @@ def parse_selection(start, end, hosts, ports):
                    "file column, one header line")
 @selection_options
 def stats(files: tuple[str, ...], fmt: str, by: str | None, start, end, hosts, ports) -> int:
-    from .selection import apply as select
-    from .stats import csv_text, no_transactions_message, records, render_table, service_response_times
+    from .selection import apply as select  # lazy: loads Polars (not for --help)
+    from .stats import (  # lazy: loads the decoders and Polars (not for --help)
+        csv_text, no_transactions_message, records, render_table, service_response_times)
 
     header = [True]
     selection = parse_selection(start, end, hosts, ports)
@@ -289,11 +201,11 @@ def stats(files: tuple[str, ...], fmt: str, by: str | None, start, end, hosts, p
     def show(path, cap):
         select(cap, selection)
         if cap.selection and fmt == "table":
-            _fail(f"{path}: selected {cap.selection['packets_selected']:,} of "
+            fail(f"{path}: selected {cap.selection['packets_selected']:,} of "
                   f"{cap.selection['packets_total']:,} packets")
         table = service_response_times(cap, by)
         if table.height == 0:
-            _fail(no_transactions_message(path, cap))
+            fail(no_transactions_message(path, cap))
         if fmt == "json":
             click.echo(json.dumps({"file": path, "by": by, "selection": cap.selection,
                                    "stats": records(table).to_dicts()}))
@@ -303,9 +215,10 @@ def stats(files: tuple[str, ...], fmt: str, by: str | None, start, end, hosts, p
         elif table.height:
             render_table(table, f"Service response times{' by ' + by if by else ''}: {path}")
 
-    return _each_capture(files, show)
+    return each_capture(files, show)
 
 
+# detectors.base.SEVERITIES, written out so that --help loads no detector (tests/test_layers.py checks both agree)
 SEVERITY_CHOICES = ["informational", "low", "medium", "high", "critical"]
 
 
@@ -322,25 +235,6 @@ def detector_options(command):
     )):
         command = option(command)
     return command
-
-
-def scan_config(config_path, sets, detector_list, fail_on):
-    """The detectors' configuration from the options, checked before anything is read (a usage
-    error otherwise)."""
-    from detectors import configure
-
-    from .scan import load_config
-
-    try:
-        cfg = load_config(config_path, sets, detector_list, fail_on)
-        configure(cfg.detectors, cfg.overrides)
-    except tomllib.TOMLDecodeError as exc:  # the parser's message does not say which file
-        raise click.UsageError(f"--config {config_path}: not valid TOML: {exc}") from exc
-    except (ValueError, OSError) as exc:
-        raise click.UsageError(str(exc)) from exc
-    if cfg.fail_on not in SEVERITY_CHOICES:
-        raise click.UsageError(f"fail_on {cfg.fail_on!r}: expected one of {', '.join(SEVERITY_CHOICES)}")
-    return cfg
 
 
 @cli.command(help=f"Run the detectors over captures and report findings.\n\n"
@@ -366,73 +260,16 @@ def scan_config(config_path, sets, detector_list, fail_on):
                    "count for --fail-on")
 def scan(files, detector_list, config_path, sets, start, end, hosts, ports, fmt, output, fail_on, separate, quiet,
          expand) -> int:
-    import polars as pl
-
-    from detectors import ParameterError, at_least, available, expanded, run, top_level
-
-    from .scan import capture_summary, finding_records
-    from .selection import apply as select
+    from detectors.scan_command import scan as scan_captures  # lazy: the detectors load Polars and Numba
+    from detectors.scan_config import scan_config  # lazy: as above
 
     cfg = scan_config(config_path, sets, detector_list, fail_on)
     selection = parse_selection(start, end, hosts, ports)
     if fmt == "parquet" and not output:
         raise click.UsageError("--format parquet needs --output PATH")
-    _check_output_file("--output", output)
-    groups = [[f] for f in files] if separate else [list(files)]
-    results, frames = [], []
-    code = ExitCode.OK
-    for group in groups:
-        try:
-            cap = _open(group)
-        except UnreadableCapture as exc:
-            _fail(str(exc))
-            code = ExitCode.UNREADABLE
-            continue
-        select(cap, selection)
-        try:
-            findings = run(cap, only=cfg.detectors, overrides=cfg.overrides)
-        except ParameterError as exc:
-            raise click.UsageError(str(exc)) from exc
-        listed = expanded(findings) if expand else top_level(findings)  # populations' members: --expand
-        names = cfg.detectors or list(available())
-        label = "+".join(group)
-        for warning in cap.warnings:
-            _fail(f"warning: {warning}")
-        summary = capture_summary(cap, group, top_level(findings), names)
-        summary["warnings"] = list(cap.warnings)  # files read once, pieces overlapping or with a gap
-        results.append((summary, finding_records(listed, label, cap)))
-        frames.append(listed.with_columns(pl.lit(label).alias("capture")))
-        if at_least(top_level(findings), cfg.fail_on).height and code == ExitCode.OK:
-            code = ExitCode.FINDINGS
-        cap.close()
-    with _writing("--output", output):
-        _write_scan(results, frames, fmt, cfg.fail_on, output, quiet)
-    return code
-
-
-def _write_scan(results, frames, fmt, fail_on, output, quiet) -> None:
-    import polars as pl
-
-    from .scan import render, render_table
-
-    if quiet and not output:
-        pass
-    elif fmt == "table":
-        if output:
-            from .render import console as make_console
-            with open(output, "w") as fh:
-                render_table(results, fail_on, make_console(fh))
-        else:
-            render_table(results, fail_on)
-    elif fmt == "parquet":
-        (pl.concat(frames) if frames else pl.DataFrame()).write_parquet(output)
-    else:
-        text = render(results, frames, fmt, fail_on)
-        if output:
-            with open(output, "w") as fh:
-                fh.write(text)
-        else:
-            click.echo(text, nl=False)
+    check_output_file("--output", output)
+    return scan_captures(files, cfg, selection, fmt=fmt, output=output, separate=separate, quiet=quiet,
+                         expand=expand)
 
 
 @cli.command(help="Show one finding in full: its explanation and numbers, every evidence frame (per file, "
@@ -450,23 +287,11 @@ def _write_scan(results, frames, fmt, fail_on, output, quiet) -> None:
 @click.option("--tshark/--no-tshark", "use_tshark", default=True, show_default=True,
               help="summarise the evidence frames with tshark when it is installed")
 def show(finding_id, files, detector_list, config_path, sets, fmt, use_tshark) -> int:
-    from detectors.show import check_id, find_finding, print_finding, tshark_summaries
+    from detectors.scan_command import show as show_finding  # lazy: the detectors load Polars and Numba
+    from detectors.scan_config import scan_config  # lazy: as above
 
     cfg = scan_config(config_path, sets, detector_list, None)
-    why = check_id(finding_id)
-    if why:
-        raise click.UsageError(why)
-    with _open(list(files)) as cap:
-        found = find_finding(cap, files, finding_id, cfg)
-    if isinstance(found, str):
-        raise click.UsageError(found)
-    record, members = found
-    summaries = tshark_summaries(record) if use_tshark else None
-    if fmt == "json":
-        click.echo(json.dumps({**record, "tshark": summaries, "member_findings": members}, indent=1))
-    else:
-        print_finding(record, members, summaries)
-    return ExitCode.OK
+    return show_finding(finding_id, files, cfg, fmt=fmt, use_tshark=use_tshark)
 
 
 @cli.command("detectors", help="List every detector: what it finds, its finding kinds, the frames it needs "
@@ -477,21 +302,9 @@ def show(finding_id, files, detector_list, config_path, sets, fmt, use_tshark) -
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="json: one document {detectors: [{name, summary, kinds, requires, parameters}]}")
 def detectors_command(names: tuple[str, ...], fmt: str) -> int:
-    from detectors import describe
+    from detectors.scan_command import list_detectors  # lazy: the detectors load Polars and Numba
 
-    from detectors.listing import print_detectors
-
-    rows = describe()
-    known = [r["name"] for r in rows]
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise click.UsageError(f"unknown detector(s): {', '.join(unknown)} (known: {', '.join(known)})")
-    rows = [r for r in rows if not names or r["name"] in names]
-    if fmt == "json":
-        click.echo(json.dumps({"detectors": rows}, indent=1))
-    else:
-        print_detectors(rows)
-    return ExitCode.OK
+    return list_detectors(names, fmt)
 
 
 @cli.command(help="Open the Streamlit dashboard on localhost with these captures loaded (or the bundled "
@@ -503,7 +316,7 @@ def detectors_command(names: tuple[str, ...], fmt: str) -> int:
               help="directory the path field may read captures from (default: the current directory)")
 @click.option("--max-upload-mb", default=200, show_default=True, type=int)
 def dashboard(files, port, address, browse_root, max_upload_mb) -> int:
-    from dashboards.launch import launch
+    from dashboards.launch import launch  # lazy: only this command needs the dashboard's launcher
 
     return launch(list(files), port=port, address=address, browse_root=browse_root,
                   max_upload_mb=max_upload_mb)
@@ -513,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code instead of exiting when called from Python."""
     args = sys.argv[1:] if argv is None else list(argv)
     try:
-        from .progress import stages  # light: imports rich only on a terminal
+        from .progress import stages  # lazy: light, but imports rich on a terminal (not for --help)
 
         with stages():  # the stage under way on stderr, when it is a terminal
             result = cli.main(args=args, prog_name="herdscope", standalone_mode=False)
@@ -524,13 +337,13 @@ def main(argv: list[str] | None = None) -> int:
         exc.show()
         return ExitCode.USAGE
     except (click.Abort, KeyboardInterrupt):  # click turns Ctrl-C into Abort
-        _fail("interrupted")
+        fail("interrupted")
         return ExitCode.INTERRUPTED
     except OutputError as exc:
-        _fail(str(exc))
+        fail(str(exc))
         return ExitCode.USAGE
     except HerdscopeError as exc:
-        _fail(str(exc))
+        fail(str(exc))
         return ExitCode.UNREADABLE
     except (_StdoutClosed, BrokenPipeError):  # `herdscope info *.pcap | head -1`
         _quiet_stdout()
@@ -542,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _internal_error() -> int:
     traceback.print_exc()
-    _fail("internal error (a bug); the traceback above helps us fix it")
+    fail("internal error (a bug); the traceback above helps us fix it")
     return ExitCode.INTERNAL
 
 

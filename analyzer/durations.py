@@ -22,6 +22,6 @@ def fmt_limited(ns: float | int | None, res_ns: float | None) -> str:
     """:func:`fmt_ns`, honest about the timestamp tick ``res_ns``: a duration shorter than one tick
     reads "< 10 ms (the capture's timestamp tick)", one within ten ticks "~30 ms (± the 10 ms
     timestamp tick)"; at or below 1 ns ticks, plain :func:`fmt_ns`."""
-    from .resolution import limited_text
+    from .resolution import limited_text  # lazy: resolution loads NumPy and Polars, fmt_ns needs neither
 
     return limited_text(ns, res_ns, fmt_ns)

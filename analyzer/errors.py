@@ -1,4 +1,22 @@
-"""Errors a user can act on. Each carries a one-line message that names the file."""
+"""Errors a user can act on, the exit codes that say which, and the one-line message on standard error.
+
+Each error carries a one-line message that names the file. Every herdscope command (the command line
+in ``analyzer/cli.py``, the scan and show commands in ``detectors/``, ``herdscope dashboard``) reports
+through :func:`fail` and returns an :class:`ExitCode`.
+"""
+from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0  # success
+    FINDINGS = 1  # scan found something at or above --fail-on
+    USAGE = 2  # bad command line, or an output that cannot be written
+    UNREADABLE = 3  # an input could not be read as a capture
+    INTERNAL = 4  # a bug
+    INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C
+    BROKEN_PIPE = 141  # 128 + SIGPIPE: standard output was closed before all was written
 
 
 class HerdscopeError(Exception):
@@ -11,3 +29,15 @@ class UnreadableCapture(HerdscopeError):
     Damage *inside* a readable capture (a truncated last record, a block with a bogus length) is not
     raised: the packets before it are kept and the damage is reported in the capture's read report.
     """
+
+
+class OutputError(HerdscopeError):
+    """An output file or directory that cannot be written (exit 2)."""
+
+
+def fail(message: str) -> None:
+    """Say ``herdscope: MESSAGE`` on standard error, one line (what every failure a user can act on
+    prints, with the exit code that goes with it)."""
+    import click  # lazy: the library's readers import this module; only a command prints
+
+    click.echo(f"herdscope: {message}", err=True)

@@ -129,7 +129,7 @@ class _Progress:
             enabled = sys.stderr.isatty() and total_bytes >= PROGRESS_MIN_BYTES
         self.bar = None
         if enabled:
-            from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+            from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn  # lazy: a terminal only
             self.bar = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
                                 TimeRemainingColumn(), transient=True)
             self.bar.start()

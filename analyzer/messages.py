@@ -6,6 +6,11 @@ UDP datagrams index the capture buffer itself (no copy); IP-fragmented datagrams
 a buffer of their own; TCP messages index the reassembly buffer of ``analyzer.tcp``. A decoder is
 called once per message set and never needs to know where the bytes came from.
 
+:func:`protocol_message_sets` is a decoder's entry point: its declaration (``PROTOCOL``, see
+analyzer/decoders/protocol.py) says the ports, the TCP framing and the client-side rule. The
+:class:`MessageSet` itself lives in :mod:`analyzer.message_set` (re-exported here), which
+:mod:`analyzer.tcp.framing` imports too: this module imports ``analyzer.tcp``, never the other way.
+
 Fragment reassembly (RFC 791 §3.2, RFC 8200 §4.5) is done for UDP only (big Kerberos tickets and
 EDNS answers fragment): fragments are grouped by (source, destination, protocol, identification),
 ordered by offset, and a datagram is complete when its pieces cover [0, end of the fragment without
@@ -14,59 +19,15 @@ datagram is still a message, ``complete`` False, holding the bytes before the fi
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import importlib
 
 import numpy as np
 import polars as pl
 from numba import njit
 
-from .schema import Column, column
-
-TRANSPORTS = pl.Enum(["udp", "tcp"])
-
-MESSAGE_COLUMNS: tuple[Column, ...] = (
-    column("transport", object, "udp or tcp", polars=TRANSPORTS),
-    column("flow", np.uint32, "UDP: dense id of the (client, client port, server, server port) flow; "
-         "TCP: the connection id of the connections frame"),
-    column("from_client", np.bool_, "sent by the client (towards the service port)"),
-    column("src", object, "source address"),
-    column("dst", object, "destination address"),
-    column("sport", np.uint16, "source port"),
-    column("dport", np.uint16, "destination port"),
-    column("frame_first", np.uint32, "frame number of the first packet carrying the message"),
-    column("frame_last", np.uint32, "frame number of the last packet carrying the message (where Wireshark "
-         "shows the reassembled message)"),
-    column("ts_first_ns", np.int64, "time of the first packet of the message"),
-    column("ts_last_ns", np.int64, "time of the last packet of the message"),
-    column("offset", np.int64, "offset of the message's first byte in the message set's buffer"),
-    column("length", np.uint32, "bytes of the message available in the buffer"),
-    column("wire_length", np.uint32, "bytes the message has on the wire (more than length when the "
-         "snapshot length or a missing fragment/segment cut it)"),
-    column("complete", np.bool_, "every byte of the message was captured (length may still be shorter when a "
-         "framing copies only a message's first bytes, e.g. the header of a 1 MiB SMB2 WRITE)"),
-)
-
-
-# The message-set columns every decoder's message frame keeps (offset and length only locate bytes).
-KEPT_COLUMNS: tuple[Column, ...] = tuple(c for c in MESSAGE_COLUMNS if c.name not in ("offset", "length"))
-
-
-@dataclass
-class MessageSet:
-    """Messages (``frame``, columns as MESSAGE_COLUMNS) and the bytes their offsets index."""
-
-    frame: pl.DataFrame
-    buf: np.ndarray
-    stats: pl.DataFrame | None = None  # TCP: per-direction reassembly and framing figures
-
-    @property
-    def height(self) -> int:
-        return self.frame.height
-
-    def message_bytes(self, row: int) -> bytes:
-        """One message's available bytes (for tests and drill-down, not for hot paths)."""
-        off = int(self.frame["offset"][row])
-        return bytes(self.buf[off:off + int(self.frame["length"][row])])
+from .decoders.protocol import Protocol
+from .message_set import KEPT_COLUMNS, MESSAGE_COLUMNS, TRANSPORTS, MessageSet  # noqa: F401 - re-exported
+from .tcp import tcp_messages
 
 
 def _udp_packets(cap) -> pl.DataFrame:
@@ -84,11 +45,15 @@ def _udp_packets(cap) -> pl.DataFrame:
 FLOW_KEY_COLUMNS = ("src", "dst", "sport", "dport")
 
 
-def _flows(frame: pl.DataFrame, service_ports: set[int]) -> pl.DataFrame:
-    """Adds ``from_client`` (towards a service port; the lower one when both are) and ``flow``."""
+def _service_port_direction(service_ports: set[int]) -> pl.Expr:
+    """The "service_port" rule: sent towards a service port (the lower one when both ends use one)."""
     ports = pl.Series(sorted(service_ports), dtype=pl.UInt16).implode()
-    to_service = pl.col("dport").is_in(ports) & ~(pl.col("sport").is_in(ports) & (pl.col("sport") < pl.col("dport")))
-    frame = frame.with_columns(to_service.alias("from_client"))
+    return pl.col("dport").is_in(ports) & ~(pl.col("sport").is_in(ports) & (pl.col("sport") < pl.col("dport")))
+
+
+def _flow_ids(frame: pl.DataFrame) -> pl.DataFrame:
+    """Adds ``flow``: a dense id of (client, client port, server, server port), oriented by the
+    ``from_client`` column the frame already has."""
     # addresses by their Enum codes (one category list per capture): no text needed for a key
     src, dst = pl.col("src").to_physical(), pl.col("dst").to_physical()
     client = pl.when(pl.col("from_client")).then(src).otherwise(dst)
@@ -191,9 +156,10 @@ def _reassembled_udp(cap, packets: pl.DataFrame, service_ports: set[int]):
     return datagrams, out
 
 
-def udp_messages(cap, service_ports: set[int]) -> list[MessageSet]:
+def udp_messages(cap, service_ports: set[int], *, direction=None) -> list[MessageSet]:
     """UDP datagrams to or from ``service_ports``: unfragmented ones over the capture buffer, and
-    reassembled fragmented ones in a buffer of their own."""
+    reassembled fragmented ones in a buffer of their own. ``from_client``: towards a service port, or
+    what ``direction(message_set)`` (a bool per message) says; flows are oriented by it."""
     p = _udp_packets(cap)
     ports = pl.Series(sorted(service_ports), dtype=pl.UInt16).implode()
     whole = p.filter(
@@ -211,10 +177,16 @@ def udp_messages(cap, service_ports: set[int]) -> list[MessageSet]:
     if fragmented is not None:
         pieces.append(fragmented)
     # flow ids are numbered over all pieces so a flow has one id whichever buffer holds a datagram
-    keyed = [frame.select(FLOW_KEY_COLUMNS).with_columns(pl.lit(k).alias("_piece"),
+    keyed = [frame.select(FLOW_KEY_COLUMNS).with_columns(_service_port_direction(service_ports)
+                                                         .alias("from_client"), pl.lit(k).alias("_piece"),
                                                          pl.int_range(frame.height).alias("_row"))
              for k, (frame, _) in enumerate(pieces)]
-    flows = _flows(pl.concat(keyed), service_ports)
+    if direction is not None:  # the "message" rule: the decoder reads each datagram's direction
+        keyed = [key.with_columns(pl.Series("from_client", _direction_of(
+                     direction, MessageSet(_select(frame.with_columns(pl.lit(0, pl.UInt32).alias("flow"),
+                                                                      key["from_client"])), buf))))
+                 for key, (frame, buf) in zip(keyed, pieces)]
+    flows = _flow_ids(pl.concat(keyed))
     sets = []
     for k, (frame, buf) in enumerate(pieces):
         ids = flows.filter(pl.col("_piece") == k).sort("_row").select("flow", "from_client")
@@ -222,12 +194,41 @@ def udp_messages(cap, service_ports: set[int]) -> list[MessageSet]:
     return [s for s in sets if s.height]
 
 
-def message_sets(cap, *, udp_ports=(), tcp_framing: str | None = None, tcp_ports=()) -> list[MessageSet]:
-    """A protocol's messages: UDP datagrams to or from ``udp_ports`` and TCP messages framed with
-    ``tcp_framing`` on ``tcp_ports`` (see ``analyzer.tcp.framing``)."""
-    sets = udp_messages(cap, set(udp_ports)) if udp_ports else []
-    if tcp_framing and tcp_ports:
-        from .tcp import tcp_messages  # analyzer.tcp builds on this module
+def _direction_of(direction, ms: MessageSet) -> np.ndarray:
+    """``direction(ms)`` checked: one bool per message (True: sent by the client)."""
+    out = np.asarray(direction(ms), dtype=np.bool_)
+    if out.shape != (ms.height,):
+        raise ValueError(f"message direction function returned {out.shape[0] if out.ndim else 'a scalar'} "
+                         f"values for {ms.height} messages")
+    return out
 
-        sets += tcp_messages(cap, tcp_framing, set(tcp_ports))
+
+def message_direction(proto: Protocol):
+    """The decoder's function of the "message" rule (``Protocol.message_direction``, "module:function";
+    the module is the decoder's own, already imported when its frames are built)."""
+    module, _, name = proto.message_direction.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def protocol_message_sets(cap, proto: Protocol) -> list[MessageSet]:
+    """A protocol's messages, from its declaration: UDP datagrams to or from its ``udp_ports`` and TCP
+    messages framed with its ``tcp_framing`` on its ``tcp_ports`` (see ``analyzer.tcp.framing``), the
+    client side (``from_client``, and so the orientation of UDP flows) decided by its ``client_side``
+    rule (analyzer/decoders/protocol.py):
+
+    - "service_port": sent towards one of the protocol's ports (the lower one when both ends use one;
+      a TCP connection with the same port at both ends keeps the side analyzer.tcp calls the client).
+    - "connection_initiator": TCP: the connection's client as analyzer.tcp decides it (the SYN sender;
+      without the handshake the SYN/ACK's receiver, else the higher port); UDP: "service_port".
+    - "message": the decoder's ``message_direction`` function reads each message's bytes.
+    """
+    direction = message_direction(proto) if proto.client_side == "message" else None
+    sets = udp_messages(cap, set(proto.udp_ports), direction=direction) if proto.udp_ports else []
+    if proto.tcp_ports:
+        tcp_rule = "service_port" if proto.client_side == "service_port" else "connection_initiator"
+        tcp_sets = tcp_messages(cap, proto.tcp_framing, set(proto.tcp_ports), client_side=tcp_rule)
+        if direction is not None:
+            tcp_sets = [MessageSet(ms.frame.with_columns(pl.Series("from_client", _direction_of(direction, ms))),
+                                   ms.buf, ms.stats) for ms in tcp_sets]
+        sets += tcp_sets
     return sets

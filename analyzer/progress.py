@@ -66,7 +66,7 @@ def _on_compile(_event) -> None:
 def _listen_for_compiles() -> None:
     """Register for Numba's compile events (Numba >= 0.53); nothing happens if the API is missing."""
     try:
-        import numba.core.event as events
+        import numba.core.event as events  # lazy: Numba's events only when a terminal shows the stages
     except ImportError:  # pragma: no cover - an older Numba
         return
 
@@ -88,7 +88,7 @@ def stages(enabled: bool | None = None):
     if not show:
         yield
         return
-    from rich.console import Console
+    from rich.console import Console  # lazy: rich only when a terminal shows the stages
 
     _listen_for_compiles()
     _console = Console(file=sys.stderr, highlight=False)

@@ -1,10 +1,14 @@
 """Human-readable output with rich: the ``info`` summary."""
 from __future__ import annotations
 
+import os
 import sys
 
 from rich.console import Console
 from rich.table import Table
+
+from .durations import fmt_limited, fmt_ns
+from .resolution import MIN_DIFFERENCES, is_limited
 
 
 PIPE_WIDTH = 120  # columns when writing to a pipe or file and COLUMNS is not set
@@ -13,8 +17,6 @@ PIPE_WIDTH = 120  # columns when writing to a pipe or file and COLUMNS is not se
 def console(file=None) -> Console:
     """A console for tables: ``COLUMNS`` when set, else the terminal's width, else PIPE_WIDTH columns
     in pipes and files. Rich honours ``NO_COLOR`` (and ``FORCE_COLOR``) itself."""
-    import os
-
     target = file or sys.stdout
     width = None
     columns = os.environ.get("COLUMNS", "")
@@ -42,8 +44,6 @@ def _resolution(ns: float | None) -> str:
 
 def _time_resolution(s: dict) -> str:
     """Declared and effective resolution, and how much the effective one rests on."""
-    from .resolution import MIN_DIFFERENCES
-
     declared, effective = s["ts_resolution_ns"], s.get("effective_resolution_ns")
     samples = s.get("effective_resolution_samples", 0)
     if declared is None:
@@ -55,8 +55,6 @@ def _time_resolution(s: dict) -> str:
         return (f"{text}; effective tick cannot be told from {samples} timestamp difference"
                 f"{'s' if samples != 1 else ''} (at least {MIN_DIFFERENCES} needed), the declared one is assumed")
     if any(i.get("effective_resolution_ns", 0) > i["ts_resolution_ns"] for i in s["interfaces"]):
-        from .durations import fmt_ns
-
         return (f"{text}, but the timestamps move in {fmt_ns(effective)} ticks (the effective resolution, from "
                 f"{samples:,} timestamp differences): nothing shorter than {fmt_ns(effective)} can be seen")
     return f"{text}, {_resolution(effective)} effective (from {samples:,} timestamp differences)"
@@ -67,19 +65,13 @@ def _tick_of(iface: dict) -> str:
     effective = iface.get("effective_resolution_ns")
     if effective is None or effective == iface["ts_resolution_ns"]:
         return ""
-    from .durations import fmt_ns
-
     return f", timestamps tick in {fmt_ns(effective)}"
 
 
 def _tick_duration(ns: float, res_ns: float | None) -> str:
     """A measured duration, never finer than the timestamp tick: "< 10 ms (the capture's timestamp tick)"."""
-    from .resolution import is_limited
-
     if not is_limited(ns, res_ns):
         return _duration(ns / 1e9)
-    from .durations import fmt_limited
-
     return fmt_limited(ns, res_ns)
 
 

@@ -30,10 +30,9 @@ from __future__ import annotations
 
 import polars as pl
 
+from .decoders import dns, registry
 from .decoders.common import COMMON_NAMES
-
-PROTOCOLS = ("dns", "kerberos", "ldap", "smb2")
-PROTOCOL_NAMES = {"dns": "DNS", "kerberos": "Kerberos", "ldap": "LDAP", "smb2": "SMB2"}
+from .durations import fmt_ns
 LEGS = ("client_to_resolver", "resolver_to_upstream", "direct")
 BY_CHOICES = ("server", "client")
 KEY_COLUMNS = ("protocol", "operation", "leg", "server", "client")
@@ -46,6 +45,13 @@ DNS_PORT = 53  # RFC 1035 §4.2
 ZONE_QTYPES = ("SOA", "AXFR", "IXFR")
 _SCHEMA = {c: pl.String for c in KEY_COLUMNS} | {c: pl.UInt32 for c in ("count", "answered", "unanswered", "errors")} \
     | {c: pl.Int64 for c in LATENCY_COLUMNS} | {"mean": pl.Float64}
+
+
+def protocol_names() -> dict[str, str]:
+    """name -> title ("dns" -> "DNS") of every registered protocol with transactions, in registration
+    order: the protocols of these statistics and their order (analyzer.decoders.registry, read when
+    called, so a protocol registered later is included)."""
+    return {p.name: p.title for p in registry.protocols() if p.transactions}
 
 
 def latency_stats(frame: pl.DataFrame, keys: list[str], latency: str, answered: str, errors: pl.Expr) -> pl.DataFrame:
@@ -83,8 +89,8 @@ def protocol_transactions(cap) -> list[tuple[str, pl.DataFrame]]:
     """(protocol, its requests that expect an answer, common columns in their own dtypes) for every
     protocol with transactions in the capture."""
     names = set(cap.frame_names())
-    frames = [(p, expected_requests(cap.frame(f"{p}_transactions")).select(COMMON_NAMES))
-              for p in PROTOCOLS if f"{p}_transactions" in names]
+    frames = [(p.name, expected_requests(cap.frame(p.transactions)).select(COMMON_NAMES))
+              for p in registry.protocols() if p.transactions and p.transactions in names]
     return [(p, f) for p, f in frames if f.height]
 
 
@@ -100,9 +106,7 @@ def transactions(cap) -> pl.DataFrame:
 def _standard_query() -> pl.Expr:
     """DNS transactions of opcode QUERY: ``operation`` is then the qtype name (or QUERY without a
     question); other opcodes are named by the opcode (analyzer.decoders.dns)."""
-    from .decoders.dns import OPCODES
-
-    others = [name for code, name in OPCODES.items() if code != 0]
+    others = [name for code, name in dns.OPCODES.items() if code != 0]
     return ~pl.col("operation").is_in(others) & ~pl.col("operation").str.starts_with("OPCODE")
 
 
@@ -197,7 +201,7 @@ def service_response_times(cap, by: str | None = None) -> pl.DataFrame:
         return pl.DataFrame(schema={c: _SCHEMA[c] for c in columns})
     out = pl.concat([p.with_columns(_leg_names(pl.col("leg"))).select(columns).cast({c: _SCHEMA[c] for c in columns})
                      for p in parts], how="vertical_relaxed")
-    order = {p: k for k, p in enumerate(PROTOCOLS)}
+    order = {p: k for k, p in enumerate(protocol_names())}
     legs = {leg: k for k, leg in enumerate(LEGS)}
     out = out.with_columns(pl.col("protocol").replace_strict(order, default=len(order)).alias("_o"),
                            pl.col("leg").replace_strict(legs, default=len(legs)).alias("_l"))
@@ -219,7 +223,8 @@ def csv_text(stats: pl.DataFrame, file: str, header: bool) -> str:
 
 def no_transactions_message(path: str, cap) -> str:
     packets = cap.packets.height if getattr(cap, "packets", None) is not None else 0
-    names = ", ".join(PROTOCOL_NAMES[p] for p in PROTOCOLS[:-1]) + f" or {PROTOCOL_NAMES[PROTOCOLS[-1]]}"
+    titles = list(protocol_names().values())
+    names = ", ".join(titles[:-1]) + f" or {titles[-1]}" if len(titles) > 1 else "".join(titles)
     return (f"{path}: no {names} requests in its {packets:,} packet{'' if packets == 1 else 's'}: "
             f"no response times to report")
 
@@ -227,62 +232,25 @@ def no_transactions_message(path: str, cap) -> str:
 # -- what counts as an error, and as unanswered -------------------------------------------------------
 
 def outcome_rules() -> list[tuple[str, str, str]]:
-    """(protocol, what counts as an error, when a request counts as unanswered), read from the decoders'
-    code tables and parameters (analyzer/decoders/*: the rules live there; this is their summary for
-    ``stats --help`` and the README, which tests/test_stats.py holds to this text)."""
-    from .durations import fmt_ns
-
-    from .decoders import dns, kerberos, ldap, ntstatus
-
-    def names(table, codes, conjunction="or"):
-        named = [f"{table[c]} ({c})" for c in codes]
-        return ", ".join(named[:-1]) + f" {conjunction} " + named[-1] if len(named) > 1 else "".join(named)
-
-    def dur(ns):
-        return fmt_ns(ns).replace(" ", "\u00a0")  # a value and its unit stay on one line when wrapped
-
-    dp, kp = dns.Params(), kerberos.Params()
-    late = (f"a response more than {dur(dp.timeout_ns)} after the latest query does not count" if dp.timeout_ns
-            else "an answer counts however late it comes, as in tshark's dns.time and -z\u00a0dns,tree")
-    no_reply = [ldap.OPERATIONS[c] for c in ldap.NO_RESPONSE_OPS]
-    more = ntstatus.STATUS_MORE_PROCESSING_REQUIRED
-    return [
-        ("dns",
-         f"an answer whose RCODE is not {names(dns.RCODES, dns.NON_ERROR_RCODES)}: NXDOMAIN is an answer "
-         f"(the name does not exist), while SERVFAIL, REFUSED, FORMERR, NOTIMP and the rest are errors.",
-         f"no response with the query's transport, addresses, ports, id and question before the capture ends "
-         f"or the same query opens a new transaction (sent again {dur(dp.retransmission_window_ns)} or more "
-         f"after the first, Wireshark's dns.retransmission_timer; repeats sooner are retries of the same "
-         f"request); {late}."),
-        ("kerberos",
-         f"a KRB-ERROR reply, except {names(kerberos.ERROR_CODES, kerberos._CONTINUE_ERRORS, 'and')} when the client "
-         f"goes on with the next step (pre-authentication, TCP) within {dur(kp.login_window_ns)}: that step is "
-         f"the protocol working. A PREAUTH_REQUIRED nobody follows up is an error.",
-         f"no AS-REP, TGS-REP or KRB-ERROR on the request's flow within {dur(kp.timeout_ns)} of it."),
-        ("ldap",
-         f"a resultCode other than {names(ldap.RESULT_CODES, ldap.NOT_ERRORS)}: noSuchObject, "
-         f"invalidCredentials, busy and the rest are errors.",
-         f"no response with the request's messageID on its connection before the capture ends (no time limit: "
-         f"persistent and paged searches run for hours); {' and '.join(no_reply)} expect no response and are "
-         f"not counted."),
-        ("smb2",
-         f"a final response whose NTSTATUS has error severity (0xC0000000 and above), except "
-         f"{ntstatus.NTSTATUS[more]} (0x{more:08X}), a step of SESSION_SETUP; "
-         f"warnings (STATUS_BUFFER_OVERFLOW, STATUS_NO_MORE_FILES) are not errors. STATUS_PENDING is an "
-         f"interim response, not the result: the final response counts, and the wait from interim to final "
-         f"has a row of its own.",
-         "no final response with the request's MessageId on its connection before the capture ends (no time "
-         "limit). CANCEL (never answered) and unanswered CHANGE_NOTIFY (pending by design) are not counted; a "
-         "break that needs an acknowledgment and gets none is an unanswered break ack."),
-    ]
+    """(protocol, what counts as an error, when a request counts as unanswered) for every registered
+    protocol whose decoder module states its rules (``outcome_rules() -> (errors, unanswered)``, read
+    from its code tables and parameters: the rules live there; this is their summary for ``stats --help``
+    and the README, which tests/test_stats.py holds to this text)."""
+    out = []
+    for p in registry.protocols():
+        rules = getattr(registry.module(p.name), "outcome_rules", None)
+        if rules is not None:
+            out.append((p.name, *rules()))
+    return out
 
 
 def outcome_help() -> str:
     """:func:`outcome_rules` as paragraphs of the ``stats --help`` text."""
     lines = []
+    titles = {p.name: p.title for p in registry.protocols()}
     for protocol, errors, unanswered in outcome_rules():
-        lines.append(f"{PROTOCOL_NAMES[protocol]} errors: {errors}")
-        lines.append(f"{PROTOCOL_NAMES[protocol]} unanswered: {unanswered}")
+        lines.append(f"{titles[protocol]} errors: {errors}")
+        lines.append(f"{titles[protocol]} unanswered: {unanswered}")
     lines.append("Any protocol: a request sent shortly before the capture ends counts as unanswered too.")
     return "\n\n".join(lines)
 
@@ -295,12 +263,10 @@ LEG_TITLES = {"client_to_resolver": "clients → resolvers (leg client_to_resolv
 def render_table(stats: pl.DataFrame, title: str, console=None) -> None:
     """``stats`` for a terminal: one table per protocol and leg (the group in its title), so the
     columns left are the operation, the --by address and the numbers."""
-    from rich import box
-    from rich.table import Table
+    from rich import box  # lazy: rich only when a table is drawn: start-up speed of the JSON/CSV outputs
+    from rich.table import Table  # lazy: as above
 
-    from .durations import fmt_ns
-
-    from .render import console as make_console
+    from .render import console as make_console  # lazy: beside rich, for the same reason
 
     console = console or make_console()
     console.print(title, highlight=False)
@@ -309,7 +275,7 @@ def render_table(stats: pl.DataFrame, title: str, console=None) -> None:
     groups = stats.select("protocol", "leg").unique(maintain_order=True).iter_rows()
     for protocol, leg in groups:  # a handful: one per protocol and leg
         rows = stats.filter((pl.col("protocol") == protocol) & pl.col("leg").eq_missing(leg))
-        name = PROTOCOL_NAMES.get(protocol, protocol)
+        name = {p.name: p.title for p in registry.protocols()}.get(protocol, protocol)
         t = Table(title=f"{name}: {LEG_TITLES.get(leg, leg)}" if leg else name, title_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False)
         for col in columns:  # names and addresses fold rather than lose their ends

@@ -29,19 +29,28 @@ import datetime as dt
 import polars as pl
 
 from .capture import Capture
+from .decoders import registry
+from .tcp import analysis as an
 from .kernels import records as rk
 from .resolution import capture_tick
 
-# Well-known ports → service names, as tshark's port tables name them.
-SERVICES = {
-    20: "ftp-data", 21: "ftp", 22: "ssh", 23: "telnet", 25: "smtp", 53: "dns", 67: "dhcp", 68: "dhcp",
-    69: "tftp", 80: "http", 88: "kerberos", 110: "pop3", 111: "rpcbind", 123: "ntp", 135: "dcerpc",
-    137: "nbns", 138: "nbdgm", 139: "netbios-ssn", 143: "imap", 161: "snmp", 162: "snmptrap",
-    389: "ldap", 443: "https", 445: "smb", 464: "kpasswd", 514: "syslog", 636: "ldaps", 749: "kerberos-adm",
+# Well-known ports → service names, as tshark's port tables name them, for the ports no decoder
+# declares (the decoders' own come from their declarations: services()).
+OTHER_SERVICES = {
+    20: "ftp-data", 21: "ftp", 22: "ssh", 23: "telnet", 25: "smtp", 67: "dhcp", 68: "dhcp",
+    69: "tftp", 80: "http", 110: "pop3", 111: "rpcbind", 123: "ntp", 135: "dcerpc",
+    137: "nbns", 138: "nbdgm", 143: "imap", 161: "snmp", 162: "snmptrap",
+    443: "https", 514: "syslog",
     853: "dns-over-tls", 993: "imaps", 995: "pop3s", 1812: "radius", 1813: "radius-acct", 2049: "nfs",
-    3268: "ldap-gc", 3269: "ldaps-gc", 3306: "mysql", 3389: "rdp", 5060: "sip", 5353: "mdns",
+    3306: "mysql", 3389: "rdp", 5060: "sip", 5353: "mdns",
     5355: "llmnr", 5432: "postgresql", 6379: "redis", 8080: "http-alt", 8443: "https-alt",
 }
+
+
+def services() -> dict[int, str]:
+    """port → service name: what the registered decoders declare (``Protocol.services``) over
+    :data:`OTHER_SERVICES`, by port."""
+    return dict(sorted({**OTHER_SERVICES, **registry.service_names()}.items()))
 TRANSPORTS = {6: "tcp", 17: "udp", 1: "icmp", 58: "icmpv6", 47: "gre", 50: "esp", 132: "sctp"}
 
 
@@ -54,7 +63,8 @@ def iso_time(ns: int | None) -> str | None:
 
 def protocols(packets: pl.DataFrame) -> dict[str, dict[str, int]]:
     """Packets per transport and (for TCP/UDP) per service guessed from the lower well-known port."""
-    ports = pl.DataFrame({"port": list(SERVICES), "service": list(SERVICES.values())},
+    known = services()
+    ports = pl.DataFrame({"port": list(known), "service": list(known.values())},
                          schema={"port": pl.UInt16, "service": pl.String})
     ip = packets.filter(pl.col("ip_proto").is_not_null())
     lower_known = (
@@ -88,8 +98,6 @@ def protocols(packets: pl.DataFrame) -> dict[str, dict[str, int]]:
 
 def tcp_totals(cap: Capture) -> dict:
     """TCP connections by Zeek state, analysis flag counts and the handshake RTT distribution."""
-    from .tcp import analysis as an
-
     conns = cap.frame("connections")
     seg = cap.frame("tcp_segments")
 

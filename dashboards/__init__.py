@@ -7,9 +7,11 @@
   see a capture or Streamlit, aggregate or thin their data server-side to at most
   :data:`dashboards.charts.base.MAX_ROWS` rows per dataset, and *say so* in the chart's subtitle (and
   in ``usermeta["herdscope"]["notes"]``) whenever they did.
-- :mod:`dashboards.evidence` — per detector, the frames a finding's proof chart needs, cut from the
-  capture (pure Polars; no Streamlit); :mod:`dashboards.frames` — the transactions of every protocol
-  in one frame, service-response-time tables, evidence frame numbers per file, the Wireshark line.
+- :mod:`dashboards.proofs` — one module per detector (``dashboards/proofs/<detector>.py``): the frames a
+  finding's proof needs, cut from the capture (pure Polars), its chart builders (as above) and the
+  function registered for the detector with ``@proof_chart``; found by importing the package.
+  :mod:`dashboards.frames` — the transactions of every protocol in one frame, service-response-time
+  tables, evidence frame numbers per file, the Wireshark line.
 - :mod:`dashboards.data` — loading: sources (files, bundled samples, uploads, paths under a root),
   the cached capture / findings / transactions loaders, tables (service response times).
 - :mod:`dashboards.dissect` — Wireshark's own dissection of a few frames, through pyshark and tshark.

@@ -200,28 +200,44 @@ def parse_overrides(text: str) -> dict[str, str]:
     return out
 
 
-@st.cache_data(max_entries=16, show_spinner="Running the detectors…")
-def findings(key: tuple, _cap, overrides_json: str = "{}") -> tuple[pl.DataFrame, dict[str, str], list[str]]:
-    """(findings, detector → error message for those that failed, the detectors run). Each detector
-    runs on its own so one failing does not hide the others' findings."""
+def usable_overrides(overrides: dict[str, object], errors: dict[str, str]) -> dict[str, object]:
+    """The overrides :func:`detectors.configure` accepts, owner by owner: a bad value disables its own
+    detector (recorded in ``errors`` under the detector's name, "bad parameter: …"), overrides for
+    no known detector are recorded under ``"overrides"``; the others' overrides are returned."""
     import detectors
-    from detectors.params import make_params
 
-    overrides = json.loads(overrides_json)
-    names = list(detectors.available())
-    errors: dict[str, str] = {}
-    modules = {**detectors.available(), detectors.population.NAME: detectors.population}
-    unknown = sorted({k.partition(".")[0] for k in overrides} - set(modules))
+    by_owner: dict[str, dict[str, object]] = {}
+    for k, v in overrides.items():
+        by_owner.setdefault(k.partition(".")[0], {})[k] = v
+    known = set(detectors.available()) | {detectors.population.NAME}
+    unknown = {k: v for owner, mine in by_owner.items() if owner not in known for k, v in mine.items()}
     if unknown:
-        errors["overrides"] = f"no detector named {', '.join(unknown)} (known: {', '.join(names) or 'none'})"
-    good = {}
-    for name, module in modules.items():  # a bad value disables its detector, not the others
-        mine = {k: v for k, v in overrides.items() if k.partition(".")[0] == name}
         try:
-            make_params(module, mine)
+            detectors.configure(None, unknown)
+        except detectors.ParameterError as exc:
+            errors["overrides"] = str(exc)
+    good: dict[str, object] = {}
+    for owner, mine in by_owner.items():
+        if owner not in known:
+            continue
+        try:
+            detectors.configure(None if owner == detectors.population.NAME else [owner], mine)
             good.update(mine)
         except detectors.ParameterError as exc:
-            errors[name] = f"bad parameter: {exc}"
+            errors[owner] = f"bad parameter: {exc}"
+    return good
+
+
+@st.cache_data(max_entries=16, show_spinner="Running the detectors…")
+def findings(key: tuple, _cap, overrides_json: str = "{}") -> tuple[pl.DataFrame, dict[str, str], list[str]]:
+    """(findings, detector → error message for those that failed, the detectors run), from
+    :func:`detectors.run` with its ``errors`` policy: a detector that raises is recorded and the others'
+    findings are still returned. A bad override disables only its own detector (:func:`usable_overrides`)."""
+    import detectors
+
+    names = list(detectors.available())
+    errors: dict[str, str] = {}
+    good = usable_overrides(json.loads(overrides_json), errors)
     ran = [n for n in names if n not in errors]
     if not ran:
         return detectors.empty_findings(), errors, names

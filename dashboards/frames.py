@@ -7,25 +7,31 @@ import os
 
 import polars as pl
 
-from analyzer.decoders.common import COMMON_NAMES
-from analyzer.scan import wireshark_command as scan_wireshark_command
-from analyzer.scan import wireshark_filter as display_filter  # noqa: F401 - re-exported for the pages
+from analyzer.decoders.common import COMMON_NAMES, TRANSACTION_TEXT_SCHEMA
+from analyzer.decoders.registry import protocol, transaction_frames
+from detectors.report import wireshark_command as scan_wireshark_command
+from detectors.report import wireshark_filter as display_filter  # noqa: F401 - re-exported for the pages
 from analyzer.stats import expected_requests, latency_stats
 
-# The transactions frame every page uses: TRANSACTION_COMMON's columns, addresses as text.
-TRANSACTIONS_SCHEMA = pl.Schema({
-    "protocol": pl.String, "transport": pl.String, "flow": pl.UInt32, "client": pl.String,
-    "client_port": pl.UInt16, "server": pl.String, "server_port": pl.UInt16, "operation": pl.String,
-    "resource": pl.String, "request_frame": pl.UInt32, "response_frame": pl.UInt32, "request_ts_ns": pl.Int64,
-    "response_ts_ns": pl.Int64, "latency_ns": pl.Int64, "status": pl.String, "is_error": pl.Boolean,
-    "answered": pl.Boolean,
-})
-assert tuple(TRANSACTIONS_SCHEMA.names()) == COMMON_NAMES, "TRANSACTION_COMMON changed: update TRANSACTIONS_SCHEMA"
+# The transactions frame every page uses: TRANSACTION_COMMON's columns, with one set of types across
+# protocols (categorical columns as text, so frames of different protocols concatenate).
+TRANSACTIONS_SCHEMA = TRANSACTION_TEXT_SCHEMA
 
 
 def transaction_frame_names(cap) -> list[str]:
-    """Names of the capture's ``<protocol>_transactions`` frames (whatever decoders are installed)."""
-    return [n for n in cap.frame_names() if n.endswith("_transactions")]
+    """Names of the capture's transaction frames: those the registered protocols declare
+    (:func:`analyzer.decoders.registry.transaction_frames`), whatever decoders are installed."""
+    declared = set(transaction_frames())
+    return [n for n in cap.frame_names() if n in declared]
+
+
+def transactions_frame_of(protocol_name: str | None) -> str | None:
+    """The transactions frame a protocol declares (a finding's kind, a transaction's protocol), None
+    when the name is no registered protocol or it pairs no requests."""
+    try:
+        return protocol(protocol_name).transactions if protocol_name else None
+    except KeyError:
+        return None
 
 
 def common_transactions(frame: pl.DataFrame) -> pl.DataFrame:

@@ -48,23 +48,23 @@ def stop(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
 def launch(files: list[str], *, port: int = 8501, address: str = "127.0.0.1", browse_root: str | None = None,
            max_upload_mb: int = 200, env: dict | None = None) -> int:
     """Run the dashboard until it is stopped; returns the exit code for ``herdscope``."""
-    from analyzer.cli import ExitCode, _fail
+    from analyzer.errors import ExitCode, fail
 
     from .settings import Settings
 
     missing = [f for f in files if not os.path.isfile(f)]
     if missing:
-        _fail(f"{', '.join(missing)}: no such file")
+        fail(f"{', '.join(missing)}: no such file")
         return ExitCode.UNREADABLE
     if not 0 < port < 65536:
-        _fail(f"--port {port}: expected 1-65535")
+        fail(f"--port {port}: expected 1-65535")
         return ExitCode.USAGE
     if max_upload_mb < 1:
-        _fail(f"--max-upload-mb {max_upload_mb}: expected at least 1")
+        fail(f"--max-upload-mb {max_upload_mb}: expected at least 1")
         return ExitCode.USAGE
     root = os.path.abspath(browse_root or os.getcwd())
     if not os.path.isdir(root):
-        _fail(f"--root {browse_root}: not a directory")
+        fail(f"--root {browse_root}: not a directory")
         return ExitCode.USAGE
     settings = Settings(files=tuple(os.path.abspath(f) for f in files), browse_root=root, max_upload_mb=max_upload_mb)
     child_env = dict(os.environ if env is None else env)
@@ -78,7 +78,7 @@ def launch(files: list[str], *, port: int = 8501, address: str = "127.0.0.1", br
     try:
         proc = subprocess.Popen(cmd, env=child_env)
     except OSError as exc:
-        _fail(f"cannot start Streamlit: {exc}")
+        fail(f"cannot start Streamlit: {exc}")
         return ExitCode.INTERNAL
 
     def forward(signum, _frame):  # `kill herdscope` must not leave Streamlit serving on its own
@@ -97,5 +97,5 @@ def launch(files: list[str], *, port: int = 8501, address: str = "127.0.0.1", br
             stop(proc)
     if code in (0, -signal.SIGINT, -signal.SIGTERM, 128 + signal.SIGINT, 128 + signal.SIGTERM):
         return ExitCode.OK
-    _fail(f"Streamlit exited with status {code}")
+    fail(f"Streamlit exited with status {code}")
     return ExitCode.INTERNAL

@@ -17,14 +17,15 @@ import zipfile
 import polars as pl
 import streamlit as st
 
+from analyzer.durations import fmt_ns
 from analyzer.summary import iso_time
-from detectors import top_level
+from detectors import expanded, top_level, worst_first
 from detectors.base import SEVERITIES
 
 from . import charts
 from . import data as D
 from .dissect import MAX_FRAMES, DissectError, dissect, tshark_path
-from .evidence import parameters_of, proof_charts
+from .proofs import parameters_of, proof_charts
 from .frames import (SRT_MS, display_table, evidence_locations, findings_table, ms_columns, number_config,
                      packet_rows, srt_table, wireshark_command)
 
@@ -43,14 +44,6 @@ def plain(text: str) -> str:
     backslash-escaped (CommonMark allows it), so SMB paths keep their backslashes, ``$`` starts no
     formula and ``:red[x]`` is no colour directive. (Streamlit still draws ``->`` as an arrow.)"""
     return "".join("\\" + c if c in _MD_SPECIAL else c for c in str(text))
-
-
-def _ms(ns) -> str:
-    return "n/a" if ns is None else charts.base.fmt_duration_ns(ns)
-
-
-def _duration(seconds: float) -> str:
-    return charts.base.fmt_duration_ns(seconds * 1e9)
 
 
 def finding_label(row: dict, t0_ns: int) -> str:
@@ -102,10 +95,10 @@ def overview_page(ld: D.Loaded) -> None:
     found = top_level(found)  # a population's members are on its Findings page entry
     cols = st.columns(5)
     cols[0].metric("Packets", f"{s['packets']:,}")
-    cols[1].metric("Duration", _duration(s["duration_s"]))
+    cols[1].metric("Duration", fmt_ns(s["duration_s"] * 1e9))
     cols[2].metric("Format", s["format"].split(" (")[0] + (" (gzip)" if s["compressed"] else ""))
     cols[3].metric("Data", f"{s['bytes'] / 1e6:,.2f} MB")
-    worst = next((sv for sv in reversed(SEVERITIES) if found.height and (found["severity"] == sv).any()), None)
+    worst = str(worst_first(found)["severity"][0]) if found.height else None
     cols[4].metric("Findings", f"{found.height:,}", worst and f"worst: {worst}", delta_color="off", delta_arrow="off")
     st.caption(f"{s['first_time'] or 'n/a'} .. {s['last_time'] or 'n/a'} · {_resolution_text(s)} · "
                f"detectors run: {', '.join(ran) or 'none installed'}" if s["ts_resolution_ns"] is not None else "")
@@ -162,10 +155,10 @@ def _table(table: pl.DataFrame, column_config: dict | None = None, **options):
 def _resolution_text(s: dict) -> str:
     """Declared and effective timestamp resolution, for the Overview caption."""
     declared, effective = s["ts_resolution_ns"], s.get("effective_resolution_ns")
-    text = f"time resolution {_ms(declared)} declared"
+    text = f"time resolution {fmt_ns(declared)} declared"
     if effective is not None and any(i.get("effective_resolution_ns", 0) > i["ts_resolution_ns"]
                                      for i in s["interfaces"]):
-        text += f", {_ms(effective)} effective (the timestamps' own tick: nothing shorter can be seen)"
+        text += f", {fmt_ns(effective)} effective (the timestamps' own tick: nothing shorter can be seen)"
     return text
 
 
@@ -252,7 +245,7 @@ def finding_detail(ld: D.Loaded, row: dict, found: pl.DataFrame) -> None:
     m[0].metric(row["metric"] or "value", f"{row['value']:,.4g}{unit}" if row["value"] is not None else "n/a",
                 f"threshold {row['threshold']:,.4g}{unit}" if row["threshold"] is not None else None, delta_color="off",
                 delta_arrow="off")
-    m[1].metric("Duration", _ms(row["end_ns"] - row["start_ns"]))
+    m[1].metric("Duration", fmt_ns(row["end_ns"] - row["start_ns"]))
     m[2].metric("Clients", f"{row['clients']:,}" if row["clients"] is not None else "n/a",
                 row["client_identity"] and f"told apart by {row['client_identity']}", delta_color="off",
                 delta_arrow="off")
@@ -287,10 +280,7 @@ def finding_detail(ld: D.Loaded, row: dict, found: pl.DataFrame) -> None:
 def population_members(ld: D.Loaded, row: dict, found: pl.DataFrame) -> None:
     """A population finding's drill-down: its members (worst first) and any one of them in full."""
     st.subheader(f"Members ({row['members']:,})")
-    members = found.filter(pl.col("member_of") == row["finding_id"])
-    order = {fid: k for k, fid in enumerate(row["member_ids"] or [])}
-    members = members.with_columns(pl.col("finding_id").replace_strict(order, default=len(order)).alias("_o")) \
-        .sort("_o").drop("_o")
+    members = expanded(found).filter(pl.col("member_of") == row["finding_id"])  # in member_ids order
     _table(findings_table(members, ld.t0_ns).with_columns(members["explanation"]), key=f"members_{row['finding_id']}")
     labels = {r["finding_id"]: finding_label(r, ld.t0_ns) for r in members.iter_rows(named=True)}
     pick = st.selectbox("Open a member", [None, *labels], key=f"member_pick_{row['finding_id']}",
@@ -408,7 +398,7 @@ def _busiest(tx: pl.DataFrame, column: str) -> list[str]:
 # -- Downloads -----------------------------------------------------------------------------------------
 
 def downloads_page(ld: D.Loaded) -> None:
-    from analyzer.scan import capture_summary, finding_records, render
+    from detectors.report import capture_summary, finding_records, render
 
     st.header(f"Downloads — {plain(ld.label)}")
     found, errors, ran = _findings(ld)
@@ -418,7 +408,7 @@ def downloads_page(ld: D.Loaded) -> None:
     records = finding_records(found, label, ld.cap)
     results = [(capture_summary(ld.cap, list(ld.paths), found, ran), records)]
     st.subheader(f"Findings ({found.height:,})")
-    st.caption("The same documents as `herdscope scan --format json / ndjson / parquet` (schema in analyzer/scan.py).")
+    st.caption("The same documents as `herdscope scan --format json / ndjson / parquet` (schema in detectors/report.py).")
     c1, c2, c3 = st.columns(3)
     c1.download_button("Findings as JSON", render(results, [found], "json", "high"), f"{base}-findings.json",
                        "application/json", key="dl_json", on_click="ignore")

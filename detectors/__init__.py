@@ -5,39 +5,148 @@
     findings = run(open_capture("trace.pcap"))                       # every detector, defaults
     findings = run(cap, only=["herd"], overrides={"herd.min_clients": 50})
 
-See ``detectors/base.py`` for the contract every detector follows.
+See ``detectors/base.py`` for the contract every detector follows and ``detectors/README.md`` for how
+to add one. The detectors are found, not listed: a module of this package that declares the contract
+(:data:`CONTRACT`) is a detector; :func:`register` adds one from elsewhere (a test's throwaway).
+Each runs on a :class:`~detectors.base.CaptureView` that serves only its ``REQUIRES``, so running
+some detectors builds only their frames (:func:`required_frames`).
 """
 from __future__ import annotations
 
 import importlib
 import logging
+import math
+import pkgutil
 
 import polars as pl
 
 from analyzer.progress import stage
 
-from .base import FINDINGS_SCHEMA, SEVERITY_RANK, empty_findings
+from .base import FINDINGS_SCHEMA, SEVERITY_RANK, CaptureView, UndeclaredFrame, empty_findings  # noqa: F401
 from . import population
-from .params import ParameterError, make_params
+from .params import ParameterError, check_declared, make_params
 
 log = logging.getLogger(__name__)
 
-# Detector modules, in the order they run (and are listed).
-MODULES = ("herd", "retry_storm", "smb_break_queue", "tcp_stall", "toctou", "conn_churn")
+# What makes a module a detector: it defines all of these (base.py says what each is). A module that
+# defines ``detect`` but not all the others is a half-declared detector: an error, never a skip.
+CONTRACT = ("NAME", "detect", "Params", "REQUIRES", "KINDS")
+# a NAME the detectors cannot take: the population step's parameters are set as population.*
+RESERVED_NAMES = (population.NAME,)
+
+_REGISTRY: dict[str, object] | None = None  # NAME -> module, filled by discovery on first use
+
+
+def is_detector(module) -> bool:
+    """Whether ``module`` declares the detector contract (raises TypeError for half of it)."""
+    present = [a for a in CONTRACT if hasattr(module, a)]
+    if "detect" in present and len(present) < len(CONTRACT):
+        missing = [a for a in CONTRACT if a not in present]
+        raise TypeError(f"{module.__name__} defines detect() but not {', '.join(missing)} "
+                        f"(a detector declares {', '.join(CONTRACT)}; see detectors/base.py)")
+    return len(present) == len(CONTRACT)
+
+
+def check_contract(module) -> None:
+    """Raise TypeError unless ``module`` declares the detector contract completely and well: NAME a
+    plain name, ``detect`` callable, every ``Params`` field declared with param() and valid, KINDS
+    and REQUIRES non-empty tuples of names, ORDER (when given) a number, and a POPULATION
+    declaration only with the frames the population step reads among its REQUIRES."""
+    where = getattr(module, "__name__", repr(module))
+    if not is_detector(module):
+        raise TypeError(f"{where} is not a detector: it declares none of {', '.join(CONTRACT)}")
+    name = module.NAME
+    if not isinstance(name, str) or not name.isidentifier() or name in RESERVED_NAMES:
+        raise TypeError(f"{where}.NAME must be a plain name other than {', '.join(RESERVED_NAMES)}: {name!r}")
+    if not callable(module.detect):
+        raise TypeError(f"{where}.detect is not a function")
+    check_declared(module.Params)
+    for attr in ("KINDS", "REQUIRES"):
+        value = getattr(module, attr)
+        if not isinstance(value, tuple) or not value or not all(isinstance(v, str) and v for v in value):
+            raise TypeError(f"{where}.{attr} must be a non-empty tuple of names: {value!r}")
+    order = getattr(module, "ORDER", None)
+    if order is not None and (isinstance(order, bool) or not isinstance(order, (int, float))):
+        raise TypeError(f"{where}.ORDER must be a number: {order!r}")
+    if getattr(module, "POPULATION", None):
+        missing = set(population.REQUIRES) - set(module.REQUIRES)
+        if missing:
+            raise TypeError(f"{where} declares POPULATION, whose step reads {', '.join(sorted(missing))}: "
+                            f"add it to {where}.REQUIRES")
+
+
+def _sort_key(module) -> tuple:
+    order = getattr(module, "ORDER", None)
+    return (math.inf if order is None else order, module.NAME)
+
+
+def _ordered(found: dict[str, object]) -> dict[str, object]:
+    return {m.NAME: m for m in sorted(found.values(), key=_sort_key)}
+
+
+def discover() -> dict[str, object]:
+    """Import every module of this package and keep those that declare the contract (helpers such
+    as base, params and population do not), checked and in ``ORDER``; replaces what
+    :func:`register` added. An import error of any module propagates: a detector that fails to
+    import is an error, not a missing detector."""
+    global _REGISTRY
+    found: dict[str, object] = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        if not is_detector(module):
+            continue
+        check_contract(module)
+        if module.NAME in found:
+            raise TypeError(f"two detector modules are named {module.NAME!r}: "
+                            f"{found[module.NAME].__name__} and {module.__name__}")
+        found[module.NAME] = module
+    _REGISTRY = _ordered(found)
+    return dict(_REGISTRY)
 
 
 def available() -> dict[str, object]:
-    """NAME -> module for every detector module present in this installation."""
-    found = {}
-    for name in MODULES:
-        try:
-            module = importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"{__name__}.{name}":
-                continue
-            raise
-        found[module.NAME] = module
-    return found
+    """NAME -> module for every detector (discovered, plus any :func:`register` added), in the order
+    they run and are listed."""
+    if _REGISTRY is None:
+        discover()
+    return dict(_REGISTRY)
+
+
+def register(module) -> object:
+    """Add a detector module from anywhere (a test's throwaway detector): checked like a discovered
+    one; a module of the same NAME is replaced. Returns the module."""
+    check_contract(module)
+    found = available()
+    found[module.NAME] = module
+    global _REGISTRY
+    _REGISTRY = _ordered(found)
+    return module
+
+
+def unregister(name: str) -> None:
+    """Remove a detector by NAME (what :func:`register` added; :func:`discover` brings back a
+    discovered one)."""
+    global _REGISTRY
+    found = available()
+    found.pop(name, None)
+    _REGISTRY = found
+
+
+def required_frames(only: list[str] | None = None) -> tuple[str, ...]:
+    """The frames running these detectors (all by default) reads, as declared: their ``REQUIRES``,
+    and the population step's where one of them declares a POPULATION (a subset of its own,
+    :func:`check_contract`). ``scan --detectors X`` builds these and what they are built from."""
+    detectors = available()
+    names = list(detectors) if only is None else list(only)
+    out: dict[str, None] = {}
+    for name in names:
+        module = detectors[name]
+        out.update(dict.fromkeys(module.REQUIRES))
+        if getattr(module, "POPULATION", None):
+            out.update(dict.fromkeys(population.REQUIRES))
+    return tuple(out)
 
 
 def configure(only: list[str] | None = None, overrides: dict[str, object] | None = None) -> dict[str, object]:
@@ -75,8 +184,9 @@ def run(capture, only: list[str] | None = None, overrides: dict[str, object] | N
     frames = []
     for name, params in configured.items():
         stage(f"detector {name}")
+        module = detectors[name]
         try:
-            frames.append(detectors[name].detect(capture, params))
+            frames.append(module.detect(CaptureView(capture, name, module.REQUIRES), params))
         except Exception as exc:  # noqa: BLE001 - recorded for the caller that asked for it
             if errors is None:
                 raise
@@ -86,7 +196,8 @@ def run(capture, only: list[str] | None = None, overrides: dict[str, object] | N
     if not frames:
         return empty_findings()
     found = pl.concat([f.select(FINDINGS_SCHEMA.names()).cast(FINDINGS_SCHEMA) for f in frames])
-    found = population.apply(found, capture, detectors, configured, population_params(overrides))
+    found = population.apply(found, CaptureView(capture, population.NAME, population.REQUIRES), detectors,
+                             configured, population_params(overrides))
     return worst_first(found)
 
 

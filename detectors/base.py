@@ -5,7 +5,11 @@ A detector is a module in ``detectors/`` with:
 - ``NAME``: its dotted name (``herd``, ``retry_storm``, ``tcp_stall`` ...), the ``detector`` column.
 - a module docstring: the pathology, the signal measured, the references (RFC / spec sections), the
   known false positives, the severity rule.
-- ``REQUIRES``: the capture frames it reads (``("dns_transactions", "connections")``).
+- ``REQUIRES``: every capture frame it reads (``("dns_transactions", "connections", "interfaces")``;
+  ``capture.packets`` is the frame ``packets``, :func:`resolution_ns` reads ``interfaces``). It is
+  enforced: :func:`detectors.run` hands ``detect`` a :class:`CaptureView` that builds only these
+  frames and raises :class:`UndeclaredFrame` for any other; ``scan --detectors X`` builds X's.
+- ``ORDER`` (optional): where it runs and is listed (ascending; without one, after those with one).
 - ``KINDS``: the values its findings' ``kind`` column takes.
 - ``Params``: a frozen dataclass; every threshold and window is a field declared with
   :func:`detectors.params.param` (default, meaning, unit, range, and whether it is a lower or upper
@@ -17,7 +21,8 @@ A detector is a module in ``detectors/`` with:
 Three facts of real captures every detector respects (helpers below):
 - **A client is not always an address** (processes on one node, NAT, containers, loopback): where one
   address runs independent request streams concurrently from several ports or connections, those are
-  distinct clients. :func:`client_identity` decides per capture and says which way was used.
+  distinct clients. :func:`client_identity_by` decides it per address (within a group, e.g. per
+  server) and says which way was used; :func:`client_identity` is the same rule over the whole capture.
 - **One vantage point**: a capture may miss a direction; :func:`directions_seen` tells, and a detector
   that cannot judge reports ``informational`` with the reason instead of guessing.
 - **Timestamp resolution**: :func:`resolution_ns` is the capture's tick; never claim a window
@@ -34,6 +39,8 @@ from typing import Iterable
 import polars as pl
 
 from analyzer.durations import fmt_limited, fmt_ns  # noqa: F401 - the detectors' wording helpers
+from analyzer.decoders import registry
+from analyzer.decoders.protocol import Protocol
 
 SEVERITIES = ("informational", "low", "medium", "high", "critical")
 SEVERITY = pl.Enum(list(SEVERITIES))
@@ -51,6 +58,12 @@ def uncapped_evidence():
         yield
     finally:
         _evidence_cap.reset(token)
+
+
+def evidence_cap() -> int | None:
+    """The evidence frame numbers a finding keeps now: :data:`EVIDENCE_CAP`, or None (all of them)
+    inside :func:`uncapped_evidence`."""
+    return _evidence_cap.get()
 
 # The findings frame: one row per finding.
 FINDING_COLUMNS: dict[str, tuple[pl.DataType, str]] = {
@@ -94,7 +107,9 @@ def params_json(params) -> str:
     return json.dumps(to_jsonable(params), sort_keys=True)
 
 
-def _finding_id(parts: Iterable) -> str:
+def stable_id(parts: Iterable) -> str:
+    """A finding's 16-hex-digit id from the values that identify it (the same values, the same id on
+    every run: a BLAKE2b digest of them, None as the empty string)."""
     return hashlib.blake2b("\x1f".join("" if p is None else str(p) for p in parts).encode(),
                            digest_size=8).hexdigest()
 
@@ -113,10 +128,10 @@ def findings(rows: pl.DataFrame, *, detector: str, params) -> pl.DataFrame:
         pl.col("evidence_frames").list.unique().list.sort().alias("evidence_frames"),
     ).with_columns(
         pl.col("evidence_frames").list.len().cast(pl.UInt32).alias("evidence_total"),
-        pl.col("evidence_frames").list.head(_evidence_cap.get() or 2**31).alias("evidence_frames"),
+        pl.col("evidence_frames").list.head(evidence_cap() or 2**31).alias("evidence_frames"),
         pl.lit(params_json(params)).alias("parameters"),
     )
-    ids = [_finding_id(r) for r in out.select(*ID_PARTS).iter_rows()]
+    ids = [stable_id(r) for r in out.select(*ID_PARTS).iter_rows()]
     out = out.with_columns(pl.Series("finding_id", _distinct_ids(out, ids)))
     return out.select(pl.col(n).cast(t) for n, t in FINDINGS_SCHEMA.items())
 
@@ -140,7 +155,7 @@ def _distinct_ids(out: pl.DataFrame, ids: list[str]) -> list[str]:
                                 .list.join(",")).rows()
         order = sorted(range(len(rows)), key=lambda k: tuple("" if x is None else str(x) for x in more[k]))
         for n, k in enumerate(order):
-            ids[rows[k]] = _finding_id((i, *more[k], n))
+            ids[rows[k]] = stable_id((i, *more[k], n))
     return ids
 
 
@@ -154,7 +169,64 @@ def severity_from_scale(value: pl.Expr, steps: tuple[float, float, float, float]
             .otherwise(pl.lit("informational")))
 
 
+# -- what a detector sees of the capture ------------------------------------------------------------
+
+class UndeclaredFrame(RuntimeError):
+    """A detector (or the population step) read a frame its ``REQUIRES`` does not declare: a bug of its
+    declaration. Not a KeyError (that means "this capture has no such frame" and is tolerated)."""
+
+
+class CaptureView:
+    """The capture as one detector sees it: :meth:`frame` (and :attr:`packets`, the frame
+    ``packets``) serve only the frames in ``requires``; anything else is :class:`UndeclaredFrame`,
+    naming the detector and the frame. The frames are still built on first request, by the capture
+    itself (a frame's own builder reads what it needs from the capture, not through the view), so
+    running only some detectors builds only their frames and what those are built from.
+
+    The rest of what a detector may read of a capture passes through unchanged
+    (:data:`PASS_THROUGH`: the bytes, the files and pieces, warnings, memo ...); anything else, such
+    as setting or listing frames, is not a detector's business (AttributeError)."""
+
+    PASS_THROUGH = frozenset({"path", "files", "pieces", "warnings", "selection", "buf", "bytes_at",
+                              "frames_by_file", "memo", "report", "reports", "file_format", "section_info"})
+
+    def __init__(self, capture, detector: str, requires: Iterable[str]):
+        self._capture = capture
+        self.detector = detector
+        self.requires = frozenset(requires)
+
+    def frame(self, name: str) -> pl.DataFrame:
+        self._check(name)
+        return self._capture.frame(name)
+
+    def _check(self, name: str) -> None:
+        if name not in self.requires:
+            raise UndeclaredFrame(
+                f"detector {self.detector!r} read the frame {name!r}, which its REQUIRES does not declare "
+                f"(declared: {', '.join(sorted(self.requires)) or 'nothing'}); add {name!r} to "
+                f"{self.detector}.REQUIRES")
+
+    @property
+    def packets(self) -> pl.DataFrame:
+        self._check("packets")
+        return self._capture.packets
+
+    def __getattr__(self, name: str):
+        if name in CaptureView.PASS_THROUGH and "_capture" in self.__dict__:
+            return getattr(self.__dict__["_capture"], name)
+        raise AttributeError(f"detector {self.__dict__.get('detector')!r}: a detector reads frames through "
+                             f"frame(name) (and packets), not {name!r}")
+
+    def __repr__(self) -> str:
+        return f"CaptureView({self._capture!r}, {self.detector!r}, {sorted(self.requires)})"
+
+
 # -- capture facts ----------------------------------------------------------------------------------
+
+# Intervals within this many ticks of the timestamp resolution are too coarse to read a timer's shape or
+# an RTT multiple from (retry_storm does not classify their backoff; tcp_stall and herd say so).
+RESOLUTION_TICKS = 10
+
 
 def resolution_ns(capture) -> float:
     """The coarsest timestamp tick among the capture's interfaces that carry packets, in ns: the
@@ -181,13 +253,28 @@ def directions_seen(capture) -> pl.DataFrame:
                         ((pl.col("client_packets") > 0) & (pl.col("server_packets") > 0)).alias("both_directions"))
 
 
-def _concurrent_addresses(requests: pl.DataFrame, by: list[str], addr: str, port: str, start: str, end: str,
-                          timeout_ns: int) -> tuple[pl.Series, pl.Series]:
-    """The one client-identity rule. Returns (group, split): one integer per row for its (``by``...,
-    address) group, and the groups whose address has requests *outstanding at the same time* from
-    different ports (a request is outstanding from ``start`` to ``end``, or for ``timeout_ns`` when
-    ``end`` is null). The overlap test runs on a narrow integer frame: sorting the requests
-    themselves (strings and all) would cost several times more."""
+def client_identity_by(requests: pl.DataFrame, by: list[str], *, addr: str = "client",
+                       port: str = "client_port", start: str = "request_ts_ns", end: str = "response_ts_ns",
+                       timeout_ns: int = 1_000_000_000, name: str = "client_id") -> pl.DataFrame:
+    """The one client-identity rule, decided per address within each group of ``by`` (e.g. per
+    server), in one vectorised pass: ``requests`` (one row per request) with ``name`` (the client) and
+    ``client_identity`` added, in the original row order.
+
+    An address that has requests *outstanding at the same time* from different ports runs several
+    independent request streams (processes on one node, NAT, containers): its clients are
+    address:port ("address+port"). An address whose requests are sequential (each answered, or given
+    up after ``timeout_ns``, before the next) is one client however many ports it uses (one
+    resolver's habit of a new port per query): "address". ``end`` null means unanswered: outstanding
+    for ``timeout_ns``; a request that expects no answer should be given ``end`` = ``start``.
+
+    Per address (within ``by``) rather than per capture, so that one forwarder, NAT gateway or
+    multi-process host does not turn every stub resolver of the capture into many clients.
+    :func:`client_identity` is this rule with no grouping, as an expression. The overlap test runs on
+    a narrow integer frame: sorting the requests themselves (strings and all) would cost several
+    times more."""
+    if requests.height == 0:
+        return requests.with_columns(pl.lit(None, pl.String).alias(name),
+                                     pl.lit(None, pl.String).alias("client_identity"))
     group = requests.select(pl.struct([pl.col(c) for c in by] + [pl.col(addr).cast(pl.String)]).hash()
                             .alias("g"))["g"]
     narrow = pl.DataFrame({"g": group}).with_columns(
@@ -197,30 +284,43 @@ def _concurrent_addresses(requests: pl.DataFrame, by: list[str], addr: str, port
     split = narrow.filter(
         (same & (pl.col("s") < pl.col("e").cum_max().over("g").shift(1)) & (pl.col("p") != pl.col("p").shift(1)))
         .fill_null(False)).select(pl.col("g").unique())["g"]
-    return group, split
+    ids = requests[addr].cast(pl.String).alias(name)
+    if split.len() == 0:
+        return requests.with_columns(ids, pl.lit("address").alias("client_identity"))
+    mask = group.is_in(split.implode())
+    rows = mask.arg_true()  # address:port strings only where an address was split (few rows)
+    picked = requests.select(pl.col(addr).cast(pl.String).alias("a"), pl.col(port).alias("p"))[rows]
+    ids = ids.scatter(rows, picked.select(pl.format("{}:{}", "a", "p")).to_series())
+    return requests.with_columns(
+        ids, pl.when(mask).then(pl.lit("address+port")).otherwise(pl.lit("address")).alias("client_identity"))
 
 
 def client_identity(requests: pl.DataFrame, *, addr: str = "client", port: str = "client_port",
                     start: str = "request_ts_ns", end: str = "response_ts_ns",
                     timeout_ns: int = 1_000_000_000) -> tuple[pl.Expr, str]:
-    """How to tell clients apart in ``requests`` (one row per request): an expression giving the
-    client of a row (of this frame or of any frame with the ``addr`` and ``port`` columns), and the
-    name of the rule ("address+port" when some address was split, else "address").
-
-    The rule of :func:`client_identity_by` over the whole capture (no grouping): an address that has
-    requests *outstanding at the same time* from different ports runs several independent request
-    streams (processes on one node, NAT, containers), so its clients are address:port; an address
-    whose requests are sequential (each answered, or given up after ``timeout_ns``, before the next)
-    is one client however many ports it uses (one resolver's habit of a new port per query)."""
-    if requests.height == 0:
-        return pl.col(addr).cast(pl.String), "address"
-    group, split = _concurrent_addresses(requests, [], addr, port, start, end, timeout_ns)
+    """:func:`client_identity_by` over the whole capture (no grouping), as an expression giving the
+    client of a row (of ``requests`` or of any frame with the ``addr`` and ``port`` columns, e.g. the
+    SMB2 break notifications of a client's transactions), and the name of the rule in force
+    ("address+port" when some address was split, else "address")."""
+    marked = client_identity_by(requests, [], addr=addr, port=port, start=start, end=end,
+                                timeout_ns=timeout_ns, name="_client")
+    own = pl.col(addr).cast(pl.String)
+    split = marked.filter(pl.col("client_identity") == "address+port")[addr].cast(pl.String).unique().sort()
     if split.len() == 0:
-        return pl.col(addr).cast(pl.String), "address"
-    addresses = requests[addr].cast(pl.String).filter(group.is_in(split.implode())).unique().sort()
-    return (pl.when(pl.col(addr).cast(pl.String).is_in(addresses.implode()))
-            .then(pl.format("{}:{}", pl.col(addr).cast(pl.String), pl.col(port)))
-            .otherwise(pl.col(addr).cast(pl.String))), "address+port"
+        return own, "address"
+    return (pl.when(own.is_in(split.implode())).then(pl.format("{}:{}", own, pl.col(port))).otherwise(own),
+            "address+port")
+
+
+def endpoint(addr: str, port) -> str:
+    """``addr:port``, with an IPv6 address in brackets (``[2001:db8::1]:445``), as Wireshark writes it."""
+    return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
+
+
+def endpoint_expr(addr: pl.Expr, port: pl.Expr) -> pl.Expr:
+    """:func:`endpoint` as a Polars expression over address and port columns."""
+    a = addr.cast(pl.String)
+    return pl.when(a.str.contains(":")).then(pl.format("[{}]:{}", a, port)).otherwise(pl.format("{}:{}", a, port))
 
 
 def fmt_number(x: float) -> str:
@@ -240,14 +340,28 @@ def evidence(frames: pl.Expr) -> pl.Expr:
 
 # -- shared by the transaction detectors (herd, retry_storm, ...) -----------------------------------
 
-# The frames that start with analyzer.decoders.common.TRANSACTION_COMMON, one per protocol decoder.
-TRANSACTION_FRAMES = ("dns_transactions", "kerberos_transactions", "ldap_transactions", "smb2_transactions")
-PROTOCOL_KINDS = tuple(name.removesuffix("_transactions") for name in TRANSACTION_FRAMES)
+# The frames that start with analyzer.decoders.common.TRANSACTION_COMMON, one per protocol decoder, and
+# the protocols they belong to (the ``kind`` of the transaction detectors' findings): derived from the
+# protocol declarations (analyzer.decoders.registry) as they stand when detectors are imported.
+TRANSACTION_FRAMES = registry.transaction_frames()
+PROTOCOL_KINDS = tuple(p.name for p in registry.protocols() if p.transactions)
 
 
-def transaction_frames(capture, names: Iterable[str] = TRANSACTION_FRAMES) -> dict[str, pl.DataFrame]:
+def protocol_declaration(name: str) -> Protocol | None:
+    """The declaration of protocol ``name`` (its wording for sentences), None for "tcp" and others
+    without a decoder."""
+    return next((p for p in registry.protocols() if p.name == name), None)
+
+
+def transaction_frames(capture, names: Iterable[str] | None = None) -> dict[str, pl.DataFrame]:
     """name -> frame for every transaction frame this capture has (a decoder that is not installed
-    is skipped) and that is not empty."""
+    is skipped) and that is not empty. ``names`` defaults to every registered protocol's transaction
+    frame, read from the registry when called (a protocol registered later is included), and on a
+    :class:`CaptureView` to those among them its detector declares (REQUIRES is read at import:
+    a protocol registered after that is not the detector's, and reading it would be undeclared)."""
+    if names is None:
+        declared = getattr(capture, "requires", None)
+        names = [n for n in registry.transaction_frames() if declared is None or n in declared]
     out = {}
     for name in names:
         try:
@@ -257,30 +371,3 @@ def transaction_frames(capture, names: Iterable[str] = TRANSACTION_FRAMES) -> di
         if frame is not None and frame.height:
             out[name] = frame
     return out
-
-
-def client_identity_by(requests: pl.DataFrame, by: list[str], *, addr: str = "client",
-                       port: str = "client_port", start: str = "request_ts_ns", end: str = "response_ts_ns",
-                       timeout_ns: int = 1_000_000_000, name: str = "client_id") -> pl.DataFrame:
-    """The rule of :func:`client_identity`, decided per address within each group of ``by`` (e.g.
-    per server), in one vectorised pass: ``requests`` with ``name`` (the client) and
-    ``client_identity`` ("address+port" for an address that has requests outstanding at the same
-    time from different ports, "address" otherwise) added, in the original row order.
-
-    Per address rather than per capture, so that one forwarder, NAT gateway or multi-process host
-    does not turn every stub resolver of the capture (a new port per query, one at a time) into
-    many clients. ``end`` null means unanswered: outstanding for ``timeout_ns``; a request that
-    expects no answer should be given ``end`` = ``start``."""
-    if requests.height == 0:
-        return requests.with_columns(pl.lit(None, pl.String).alias(name),
-                                     pl.lit(None, pl.String).alias("client_identity"))
-    group, split = _concurrent_addresses(requests, by, addr, port, start, end, timeout_ns)
-    ids = requests[addr].cast(pl.String).alias(name)
-    if split.len() == 0:
-        return requests.with_columns(ids, pl.lit("address").alias("client_identity"))
-    mask = group.is_in(split.implode())
-    rows = mask.arg_true()  # address:port strings only where an address was split (few rows)
-    picked = requests.select(pl.col(addr).cast(pl.String).alias("a"), pl.col(port).alias("p"))[rows]
-    ids = ids.scatter(rows, picked.select(pl.format("{}:{}", "a", "p")).to_series())
-    return requests.with_columns(
-        ids, pl.when(mask).then(pl.lit("address+port")).otherwise(pl.lit("address")).alias("client_identity"))

@@ -31,8 +31,9 @@ that idle timeout would have kept one connection), over connections whose SYN is
       or negotiate where the protocol is known), work (first useful request to last useful response)
       and teardown (to the last packet); the medians are reported;
     - who closes first (Zeek history: ``F`` before ``f``): that side holds TIME_WAIT. When it is the
-      client, the ports held in TIME_WAIT at this rate are rate x ``time_wait_ns``, never more than
-      the connections seen, compared with ``ephemeral_ports``;
+      client (on at least ``min_client_close_share`` of the connections; the server, on
+      ``min_server_close_share``, is said in words), the ports held in TIME_WAIT at this rate are
+      rate x ``time_wait_ns``, never more than the connections seen, compared with ``ephemeral_ports``;
     - 4-tuples reused with a new ISN (``reused_ports``) and how soon (within ``time_wait_ns`` means the
       ports cycle faster than TIME_WAIT).
     Churn is reported when a client opened at least ``min_connections`` connections at
@@ -60,8 +61,8 @@ Severity rule
     TIME_WAIT; critical when TIME_WAIT would hold ``critical_time_wait_share`` (75 %) of the range.
     Capped at low for services whose protocol opens a connection per request by design
     (``one_shot_ports``: DNS over TCP 53, Kerberos 88 and 464), and those services are only reported
-    at all from the medium rate up. Informational when most of the group's
-    connections were seen in one direction only (one vantage point: cannot judge).
+    at all from the medium rate up. Informational when fewer than ``min_both_directions_share``
+    (half) of the group's connections were seen in both directions (one vantage point: cannot judge).
     syn_backlog: low for ``min_failed_syns`` affected attempts; medium when they are at least
     ``medium_failed_share`` (5 %) of the service's attempts in the affected period; high at
     ``high_failed_share`` (20 %).
@@ -82,7 +83,9 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from .base import empty_findings, findings, fmt_ns, resolution_ns
+from analyzer.decoders import registry
+
+from .base import empty_findings, endpoint, findings, fmt_ns, protocol_declaration, resolution_ns, transaction_frames
 from .params import LOWER, UPPER, param
 
 NAME = "conn_churn"
@@ -95,15 +98,26 @@ POPULATION = {"kinds": ("churn",), "service": "resource", "member": "client", "a
 # window: tcp_stall's findings for them become members of the syn_backlog finding (detectors/population.py)
 EXPLAINS = {"syn_backlog": {"service": "resource", "detector": "tcp_stall",
                             "kinds": ("rto", "synack_retransmission"), "member_service": "resource_head"}}
-REQUIRES = ("connections", "tcp_segments")  # plus ldap_transactions / smb2_transactions when installed
+# Without a decoder for the port: TCP request turns, what they count and what the setup is.
+TCP_WORDS = ("TCP request turns (no decoder for this port)", "the TCP handshake")
 
-SMB2_SETUP = ["NEGOTIATE", "SESSION_SETUP", "TREE_CONNECT", "TREE_DISCONNECT", "LOGOFF", "ECHO", "CANCEL"]
-LDAP_SETUP = ["bindRequest", "unbindRequest", "abandonRequest"]
-PROTOCOL_WORDS = {
-    "ldap": ("LDAP operations (ldap_transactions)", "bind"),
-    "smb2": ("SMB2 opens (smb2_transactions)", "negotiate/session setup"),
-    "tcp": ("TCP request turns (no decoder for this port)", "the TCP handshake"),
-}
+
+def _setup_protocols():
+    """The protocols that declare setup operations (analyzer/decoders/protocol.py): their transactions
+    are counted per connection, setup excluded. Read from the registry when called."""
+    return tuple(p for p in registry.protocols() if p.setup_operations and p.transactions)
+
+
+# every frame it reads: TCP's, the tick (resolution_ns), and the transactions of the protocols with
+# setup operations (a connection's useful requests), as registered when the detector is imported
+REQUIRES = ("connections", "tcp_segments", "interfaces", *(p.transactions for p in _setup_protocols()))
+ORDER = 60  # where it runs and is listed (detectors/__init__.py)
+
+
+def _protocol_words(counted_by: str | None) -> tuple[str, str]:
+    """(what was counted, the set-up in a sentence) for the way a connection's requests were counted."""
+    p = next((p for p in _setup_protocols() if p.name == counted_by), None)
+    return (f"{p.work_noun} ({p.transactions})", p.setup_words) if p is not None else TCP_WORDS
 
 
 @dataclass(frozen=True)
@@ -135,6 +149,16 @@ class Params:
     one_shot_ports: frozenset = param(frozenset({53, 88, 464}), "connection per request is the protocol's norm "
                                                                 "on these server ports: at most low",
                                       unit="ports", lo=0, hi=65_535)
+    min_both_directions_share: float = param(0.5, "churn: below this share of a group's connections seen in both "
+                                                  "directions (one vantage point), it cannot be judged: "
+                                                  "informational", unit="share", gate=LOWER, lo=0.0, hi=1.0)
+    min_client_close_share: float = param(0.5, "churn: the client holds TIME_WAIT (its ports counted against "
+                                               "ephemeral_ports for the TIME_WAIT severity steps) when it "
+                                               "closes first on at least this share of the connections",
+                                          unit="share", gate=LOWER, lo=0.0, hi=1.0)
+    min_server_close_share: float = param(0.5, "churn: otherwise, the explanation says TIME_WAIT piles up on the "
+                                               "server when the server closes first on at least this share "
+                                               "(wording only)", unit="share", lo=0.0, hi=1.0)
     min_failed_syns: int = param(5, "syn_backlog: attempts without SYN/ACK (or only after a SYN retry) before "
                                     "reporting", unit="attempts", gate=LOWER, lo=1)
     backlog_window_ns: int = param(1_000_000_000, "... within this of a successful handshake to the service",
@@ -159,42 +183,37 @@ def _frame(capture, name: str) -> pl.DataFrame | None:
     return f if f is not None and f.height else None
 
 
-def _endpoint(addr: str, port) -> str:
-    return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
-
-
 def _requests_per_conn(capture, conns: pl.DataFrame) -> pl.DataFrame:
     """Per candidate connection: useful requests, first useful request and last useful response time,
     and which way it was counted (ldap, smb2 or tcp)."""
     parts = []
     done = pl.DataFrame(schema={"conn": pl.UInt32})
     ids = conns.select(pl.col("conn").cast(pl.UInt32))
-    for name, proto in (("ldap_transactions", "ldap"), ("smb2_transactions", "smb2")):
-        tx = _frame(capture, name)
+    # the setup protocols' transactions it declares (REQUIRES: as registered when it was imported)
+    frames = transaction_frames(capture, [p.transactions for p in _setup_protocols() if p.transactions in REQUIRES])
+    for declared in _setup_protocols():
+        proto = declared.name
+        tx = frames.get(declared.transactions)
         if tx is None or "flow" not in tx.columns:
             continue
         tx = tx.filter(pl.col("transport").cast(pl.String) == "tcp").with_columns(
             pl.col("flow").cast(pl.UInt32).alias("conn")).join(ids, on="conn", how="semi")
         if tx.height == 0:
             continue
-        if proto == "ldap":
-            useful = ~pl.col("operation").is_in(LDAP_SETUP)
-            per = tx.group_by("conn").agg(
-                useful.sum().cast(pl.Float64).alias("requests"),
-                pl.col("request_ts_ns").filter(useful).min().alias("work_start"),
-                pl.coalesce("response_ts_ns", "request_ts_ns").filter(useful).max().alias("work_end"),
-                pl.col("operation").filter(useful).mode().sort().first().alias("op"),
-            )
+        useful = ~pl.col("operation").cast(pl.String).is_in(list(declared.setup_operations))
+        if declared.work_operations:  # the unit of work when present (SMB2: CREATEs), else all but setup
+            work = pl.col("operation").cast(pl.String).is_in(list(declared.work_operations))
+            requests = pl.when(work.any()).then(work.sum()).otherwise(useful.sum())
+            op = pl.lit(declared.work_operations[0])
         else:
-            useful = ~pl.col("operation").is_in(SMB2_SETUP)
-            per = tx.group_by("conn").agg(
-                pl.when((pl.col("operation") == "CREATE").any())
-                .then((pl.col("operation") == "CREATE").sum()).otherwise(useful.sum())
-                .cast(pl.Float64).alias("requests"),
-                pl.col("request_ts_ns").filter(useful).min().alias("work_start"),
-                pl.coalesce("response_ts_ns", "request_ts_ns").filter(useful).max().alias("work_end"),
-                pl.lit("CREATE").alias("op"),
-            )
+            requests = useful.sum()
+            op = pl.col("operation").filter(useful).mode().sort().first()
+        per = tx.group_by("conn").agg(
+            requests.cast(pl.Float64).alias("requests"),
+            pl.col("request_ts_ns").filter(useful).min().alias("work_start"),
+            pl.coalesce("response_ts_ns", "request_ts_ns").filter(useful).max().alias("work_end"),
+            op.alias("op"),
+        )
         per = per.join(done, on="conn", how="anti").with_columns(pl.lit(proto).alias("counted_by"))
         done = pl.concat([done, per.select("conn")])
         parts.append(per)
@@ -308,7 +327,7 @@ def _churn_severity(p: Params) -> pl.Expr:
             .when(sustained & (rate >= p.medium_rate_per_s)).then(pl.lit("medium"))
             .otherwise(pl.lit("low")))
     one_shot = pl.col("server_port").is_in(sorted(p.one_shot_ports))
-    return (pl.when(pl.col("both_share") < 0.5).then(pl.lit("informational"))
+    return (pl.when(pl.col("both_share") < p.min_both_directions_share).then(pl.lit("informational"))
             .when(one_shot & base.is_in(["medium", "high", "critical"])).then(pl.lit("low"))
             .otherwise(base))
 
@@ -319,15 +338,16 @@ def _churn_findings(agg: pl.DataFrame, p: Params, res: float) -> pl.DataFrame:
         pl.min_horizontal(pl.col("rate") * (p.time_wait_ns / 1e9), pl.col("n").cast(pl.Float64),
                           pl.lit(float(p.ephemeral_ports))).alias("tw_ports"))
     agg = agg.with_columns(
-        pl.when(pl.col("client_close_share") >= 0.5).then(pl.col("tw_ports") / p.ephemeral_ports)
+        pl.when(pl.col("client_close_share") >= p.min_client_close_share).then(pl.col("tw_ports") / p.ephemeral_ports)
         .otherwise(0.0).alias("tw_share"))
     agg = agg.with_columns(_churn_severity(p).alias("severity"))
     texts = []
     one_shot = set(sorted(p.one_shot_ports))
     for r in agg.iter_rows(named=True):
-        counted, setup_word = PROTOCOL_WORDS.get(r["counted_by"] or "tcp", PROTOCOL_WORDS["tcp"])
-        op = {"searchRequest": "search", "CREATE": "open"}.get(r["op"] or "", (r["op"] or "request")
-                                                                 .replace("Request", ""))
+        counted, setup_word = _protocol_words(r["counted_by"])
+        declared = protocol_declaration(r["counted_by"] or "tcp")
+        words = declared.operation_words if declared is not None else {}
+        op = words.get(r["op"] or "", (r["op"] or "request").replace("Request", ""))
         span = fmt_ns(max(r["span_s"] * 1e9, res))
         req = r["req_median"]
         if req is None:
@@ -338,18 +358,18 @@ def _churn_findings(agg: pl.DataFrame, p: Params, res: float) -> pl.DataFrame:
         rate = (f"{r['rate']:.1f}/s" if r["sustained"] else
                 f"an isolated burst: {r['rate']:.1f}/s over the {fmt_ns(p.rate_min_span_ns)} a rate is measured "
                 f"over, so no rate step applies")
-        t = (f"{r['n']} connections from {r['client']} to {_endpoint(r['server'], r['server_port'])} in {span} "
+        t = (f"{r['n']} connections from {r['client']} to {endpoint(r['server'], r['server_port'])} in {span} "
              f"({rate}), {each}")
         if r["setup_share"] is not None:
             t += (f": {r['setup_share']:.0%} of each connection's life is handshake"
-                  + (f" and {setup_word}" if r["counted_by"] in ("ldap", "smb2") else ""))
+                  + (f" and {setup_word}" if (r["counted_by"] or "tcp") != "tcp" else ""))
             if r["teardown_share"] is not None:
                 t += f", {r['teardown_share']:.0%} teardown"
-        if (r["client_close_share"] or 0) >= 0.5:
+        if (r["client_close_share"] or 0) >= p.min_client_close_share:
             t += (f"; the client closes first, so at this rate about {r['tw_ports']:,.0f} of its "
                   f"{p.ephemeral_ports:,} ephemeral ports sit in TIME_WAIT ({r['tw_share']:.0%}"
                   + (", at most the connections seen" if r["tw_ports"] >= r["n"] else "") + ")")
-        elif (r["server_close_share"] or 0) >= 0.5:
+        elif (r["server_close_share"] or 0) >= p.min_server_close_share:
             t += "; the server closes first, so TIME_WAIT piles up on the server"
         if r["reused"]:
             t += (f"; {r['reused']} 4-tuples were reused"
@@ -363,7 +383,7 @@ def _churn_findings(agg: pl.DataFrame, p: Params, res: float) -> pl.DataFrame:
                   f"that time")
         if r["server_port"] in one_shot:
             t += "; a connection per request is this protocol's norm, so at most low"
-        if (r["both_share"] or 0) < 0.5:
+        if (r["both_share"] or 0) < p.min_both_directions_share:
             t += "; most connections were seen in one direction only, so this cannot be judged (informational)"
         t += "; reuse one connection (a pool) instead of connecting per request."
         texts.append(t)
@@ -439,7 +459,7 @@ def _backlog(conns: pl.DataFrame, p: Params, res: float) -> pl.DataFrame:
     for r in g.iter_rows(named=True):
         span = fmt_ns(max(r["end_ns"] - r["start_ns"], res))
         texts.append(
-            f"{r['affected']} of {r['attempts']} connection attempts to {_endpoint(r['server'], r['server_port'])} "
+            f"{r['affected']} of {r['attempts']} connection attempts to {endpoint(r['server'], r['server_port'])} "
             f"from {r['clients']} client{'s' if r['clients'] != 1 else ''} within {span} got no SYN/ACK "
             f"({r['n_failed']} never answered or reset, {r['n_retried']} answered only after a SYN retry) while "
             f"other handshakes to it succeeded and {r['open_median']:,.0f} established connections to it were "

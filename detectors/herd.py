@@ -30,10 +30,10 @@ during the herd vs the ``lookback_ns`` before it (before the first of the server
 overlap it; the lower of the baselines with and without other herds' requests), and the trigger when the
 capture shows it: a DNS TTL expiring (at least ``ttl_match_share`` of the herd's clients re-ask
 when their own earlier answer + its TTL runs out, within the whole-second granularity of TTLs plus
-``ttl_tolerance_ns``; when the clients' earlier answers are not in the capture, the key's latest
-earlier answer), a preceding failure (the key's requests in the ``failure_lookback_ns`` before
-failed, at least ``failure_share`` of them), or a synchronised start (within ``sync_tolerance_ns``
-of a whole second).
+``ttl_tolerance_ns``; when the clients' earlier answers are not in the capture — fewer than
+``ttl_own_answer_share`` of them have one — the key's latest earlier answer), a preceding failure
+(the key's requests in the ``failure_lookback_ns`` before failed, at least ``failure_share`` of
+them), or a synchronised start (within ``sync_tolerance_ns`` of a whole second).
 
 **Clients** are told apart per server with :func:`detectors.base.client_identity_by`: an address
 with requests outstanding at once from several ports is split into address:port clients, others
@@ -51,10 +51,10 @@ than a tenth of its tolerance.
 
 **Severity** (impact = clients x latency factor, where the latency factor is p99 during / p99
 before when that ratio is at least ``latency_factor`` and the p99 rose by at least
-``latency_floor_ns``, else 1, capped at 100): impact below ``medium_clients``: low; at least
-``medium_clients``: medium; at least ``high_impact``: high; at least ``critical_impact``: critical.
-A failure share during the herd ``error_rate_rise`` or more above the one before raises it one
-level. Informational when it cannot judge (above).
+``latency_floor_ns``, else 1, capped at ``max_latency_factor``, 100): impact below
+``medium_clients``: low; at least ``medium_clients``: medium; at least ``high_impact``: high; at least
+``critical_impact``: critical. A failure share during the herd ``error_rate_rise`` or more above the
+one before raises it one level. Informational when it cannot judge (above).
 
 **References.** RFC 1035 §7.4 and RFC 2181 §8 (TTL caching), RFC 8767 §5 (serve-stale against
 refetch herds), RFC 4120 §3.1-3.3 (AS/TGS exchanges), RFC 4511 §4.2/§4.5 (bind, search), MS-SMB2
@@ -75,15 +75,20 @@ from dataclasses import dataclass
 import polars as pl
 
 from .base import (client_identity_by, fmt_limited, fmt_ns, fmt_number, findings, empty_findings, resolution_ns,
-                   severity_from_scale, transaction_frames, PROTOCOL_KINDS, SEVERITIES)
+                   severity_from_scale, transaction_frames, PROTOCOL_KINDS, RESOLUTION_TICKS, SEVERITIES,
+                   TRANSACTION_FRAMES, protocol_declaration)
 from .herd_search import herd_segments, stats_columns
 from .params import LOWER, UPPER, param
 
 NAME = "herd"
 KINDS = PROTOCOL_KINDS  # the protocol of the requests
-REQUIRES = ("dns_transactions", "kerberos_transactions", "ldap_transactions", "smb2_transactions", "interfaces")
+# every frame it reads: each protocol's transactions (from the protocol registry), the packets (the
+# observed period) and the interfaces (resolution_ns)
+REQUIRES = (*TRANSACTION_FRAMES, "packets", "interfaces")
+ORDER = 10  # where it runs and is listed (detectors/__init__.py)
 
 S = 1_000_000_000
+NS_PER_MS = 1e6  # a synchronised start's offset from the whole second is said in ms
 
 
 @dataclass(frozen=True)
@@ -124,6 +129,11 @@ class Params:
                                                      "trigger ...", unit="ns", lo=0)
     failure_share: float = param(0.5, "... when they are at least this share of its requests there",
                                  unit="share", lo=0.0, hi=1.0)
+    ttl_own_answer_share: float = param(0.25, "TTL trigger: when fewer than this share of the herd's clients have "
+                                              "their own earlier answer in the capture, the key's latest answer "
+                                              "is used instead", unit="share", lo=0.0, hi=1.0)
+    max_latency_factor: float = param(100.0, "the latency factor in the impact (p99 during / before) counts at "
+                                             "most this much", unit="x", gate=UPPER, lo=1.0)
 
 
 # -- requests of every protocol, one frame ---------------------------------------------------------
@@ -347,7 +357,7 @@ def _ttl_trigger(req: pl.DataFrame, eps: pl.DataFrame, params: Params) -> pl.Dat
               .select("seg", "key_hit", pl.col("ttl").alias("key_ttl")))
     per = per.join(latest, on="seg", how="left").with_columns(
         (pl.col("hits") / pl.col("n")).alias("share"),
-        (pl.col("with_answer") < 0.25 * pl.col("n")).alias("few_own"))
+        (pl.col("with_answer") < params.ttl_own_answer_share * pl.col("n")).alias("few_own"))
     own = (pl.col("hits") >= params.ttl_match_share * pl.col("n"))
     fallback = pl.col("few_own") & pl.col("key_hit")
     return per.select(
@@ -376,11 +386,13 @@ def _failure_trigger(req: pl.DataFrame, eps: pl.DataFrame, params: Params) -> pl
 
 
 def _verb(protocol: str, operation: str, ttl: bool) -> str:
-    if protocol == "dns":
-        return "re-queried" if ttl else "queried"
-    if protocol == "kerberos":
-        return "sent AS-REQs for" if operation == "AS-REQ" else ("sent TGS-REQs for" if operation == "TGS-REQ"
-                                                                 else f"sent {operation} for")
+    """How the sentence says the clients sent their requests, from the protocol's declaration
+    (request_verb / repeat_verb / plural_operations, analyzer/decoders/protocol.py)."""
+    p = protocol_declaration(protocol)
+    if p is not None and p.request_verb:
+        return p.repeat_verb if ttl and p.repeat_verb else p.request_verb
+    if p is not None and operation in p.plural_operations:
+        return f"sent {operation}s for"
     return f"sent {operation} for" if operation else "asked for"
 
 
@@ -392,7 +404,8 @@ def _explain(r: dict, res_ns: float) -> str:
         within = f"within {fmt_limited(span, res_ns)}"
     proto, op = r["protocol"], r["operation"] or ""
     what = r["resource"] or op or "the same request"
-    if proto == "dns" and op:
+    declared = protocol_declaration(proto)
+    if declared is not None and declared.operation_after_resource and op:
         what = f"{what} {op}"
     head = f"{r['clients']} clients {_verb(proto, op, r['ttl_s'] is not None)} {what} at {r['server']} {within}"
     if r["ttl_s"] is not None:
@@ -518,11 +531,11 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
     eps = eps.join(answering, on="protocol", how="left").with_columns(pl.col("answers_seen").fill_null(False))
     eps = eps.join(_ttl_trigger(req, eps, params), on="seg", how="left")
     eps = eps.join(_failure_trigger(req, eps, params), on="seg", how="left")
-    sync_ok = res_ns * 10 <= params.sync_tolerance_ns
+    sync_ok = res_ns * RESOLUTION_TICKS <= params.sync_tolerance_ns
     frac = (pl.col("start_ns") % S)
-    off_ms = pl.when(frac > S // 2).then(frac - S).otherwise(frac) / 1e6
+    off_ms = pl.when(frac > S // 2).then(frac - S).otherwise(frac) / NS_PER_MS
     eps = eps.with_columns(
-        pl.when(pl.lit(sync_ok) & (off_ms.abs() * 1e6 <= params.sync_tolerance_ns)).then(off_ms)
+        pl.when(pl.lit(sync_ok) & (off_ms.abs() * NS_PER_MS <= params.sync_tolerance_ns)).then(off_ms)
         .otherwise(None).alias("sync_ms"),
         pl.col("failures_before").fill_null(0),
     )
@@ -530,7 +543,7 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
     ratio = pl.col("p99_during") / pl.col("p99_before")
     lat_factor = (pl.when((ratio >= params.latency_factor)
                           & (pl.col("p99_during") - pl.col("p99_before") >= params.latency_floor_ns))
-                  .then(ratio.clip(upper_bound=100.0)).otherwise(1.0).fill_null(1.0))
+                  .then(ratio.clip(upper_bound=params.max_latency_factor)).otherwise(1.0).fill_null(1.0))
     impact = pl.col("clients").cast(pl.Float64) * lat_factor
     level = severity_from_scale(impact, (float(params.min_clients), float(params.medium_clients),
                                          params.high_impact, params.critical_impact))

@@ -148,6 +148,8 @@ def herd_segments(arrivals: pl.DataFrame, params) -> pl.DataFrame:
 
 # -- window statistics ----------------------------------------------------------------------------
 
+LATENCY_QUANTILE = 0.99  # the server latency compared during and before a herd is its p99
+
 @njit(cache=True)
 def _window_stats(lat, failed, answered, lo, hi):
     """Per window [lo, hi) of one server's time-sorted requests: p99 latency (linear, NaN latencies
@@ -167,7 +169,7 @@ def _window_stats(lat, failed, answered, lo, hi):
         v = lat[a:b]
         v = v[~np.isnan(v)]
         if v.shape[0]:
-            p99[i] = np.quantile(v, 0.99)
+            p99[i] = np.quantile(v, LATENCY_QUANTILE)
     return p99, fail, ans, n
 
 

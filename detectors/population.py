@@ -63,10 +63,13 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from .base import FINDINGS_SCHEMA, SEVERITIES, SEVERITY_RANK, _evidence_cap, _finding_id, fmt_ns, params_json
+from .base import FINDINGS_SCHEMA, SEVERITIES, SEVERITY_RANK, endpoint_expr, evidence_cap, fmt_ns, params_json, stable_id
 from .params import LOWER, param
 
 NAME = "population"
+# the frames the step reads (service_load): detectors.run hands it a view serving only these, and a
+# detector declaring POPULATION must require them itself, so they are built only for such detectors
+REQUIRES = ("connections",)
 SERVICE_FROM = {
     "resource": pl.col("resource"),
     "resource_head": pl.col("resource").str.split("-").list.first(),
@@ -187,11 +190,6 @@ def _fold(found: pl.DataFrame, rules: list[dict]) -> pl.DataFrame:
             .select(found.columns))
 
 
-def _endpoint(addr: pl.Expr, port: pl.Expr) -> pl.Expr:
-    a = addr.cast(pl.String)
-    return pl.when(a.str.contains(":")).then(pl.format("[{}]:{}", a, port)).otherwise(pl.format("{}:{}", a, port))
-
-
 def service_load(capture) -> pl.DataFrame:
     """Per service (``address:port``) of the capture's TCP connections: distinct client addresses
     and connections (the denominators of the shares)."""
@@ -202,7 +200,7 @@ def service_load(capture) -> pl.DataFrame:
         return pl.DataFrame(schema=schema)
     if conns is None or conns.height == 0:
         return pl.DataFrame(schema=schema)
-    return (conns.select(_endpoint(pl.col("server"), pl.col("server_port")).alias("service"),
+    return (conns.select(endpoint_expr(pl.col("server"), pl.col("server_port")).alias("service"),
                          pl.col("client").cast(pl.String))
             .group_by("service").agg(pl.col("client").n_unique().cast(pl.UInt32).alias("svc_clients"),
                                      pl.len().cast(pl.UInt32).alias("svc_connections")))
@@ -382,13 +380,13 @@ def _population(g: pl.DataFrame, name: str, kind: str, pop: str, decl: dict, ste
     resource = pop if pop != "*" else (", ".join(services[:RESOURCE_SERVICES])
                                        + (f" (+{len(services) - RESOURCE_SERVICES} more)"
                                           if len(services) > RESOURCE_SERVICES else ""))
-    fid = _finding_id(("population", name, kind, pop, start, *services))
+    fid = stable_id(("population", name, kind, pop, start, *services))
     frames = sorted({f for fs in g["evidence_frames"].to_list() for f in (fs or [])})
     row = {
         "detector": name, "kind": kind, "finding_id": fid, "severity": severity, "start_ns": start, "end_ns": end,
         "client": None, "server": server, "resource": resource, "clients": clients,
         "client_identity": identity[0] if identity.len() else None, "metric": metric, "value": value,
-        "threshold": threshold, "unit": unit, "evidence_frames": frames[:_evidence_cap.get() or len(frames)],
+        "threshold": threshold, "unit": unit, "evidence_frames": frames[:evidence_cap() or len(frames)],
         "evidence_total": len(frames), "explanation": _explain(facts, decl, p),
         "parameters": params_json(p), "members": g.height, "member_ids": g["finding_id"].to_list(),
         "member_of": None,

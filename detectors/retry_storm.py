@@ -66,6 +66,10 @@ retransmission), MS-SMB2 §3.3.5.9 (CREATE and its sharing checks), AWS Architec
 ``max_gap_ns`` looks like a fixed-timer retry (its amplification stays low). Re-asks from a new
 source port while the first query is still outstanding make an address count as several clients,
 splitting its chains. Resolvers that fail over to another server show their retries at that server.
+
+**Code.** detectors/retry_storm_sends.py builds the sends, detectors/retry_storm_backoff.py classifies
+the ladders (backoff class, phase); this module holds the parameters, chains, episodes, severity and
+wording (``classify_backoff`` and ``in_phase`` are importable from here, with these parameters).
 """
 from __future__ import annotations
 
@@ -74,18 +78,26 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from . import retry_storm_backoff
 from .base import (client_identity_by, fmt_limited, fmt_ns, fmt_number, findings, empty_findings, resolution_ns,
-                   transaction_frames, PROTOCOL_KINDS, SEVERITIES)
+                   transaction_frames, PROTOCOL_KINDS, RESOLUTION_TICKS, SEVERITIES, TRANSACTION_FRAMES,
+                   protocol_declaration)
 from .params import LOWER, UPPER, param
-from .herd import requests_of, streams_text
+from .herd import streams_text
+from .retry_storm_backoff import MAX_CLASSIFIED_CHAINS  # noqa: F401 - public here too
+from .retry_storm_sends import ACK, SEND_SCHEMA, SYN, syn_sends, transaction_sends  # noqa: F401
 
 NAME = "retry_storm"
 KINDS = PROTOCOL_KINDS + ("tcp",)  # the protocol of the requests
-REQUIRES = ("dns_transactions", "dns_messages", "kerberos_transactions", "ldap_transactions",
-            "smb2_transactions", "connections", "tcp_segments", "interfaces")
+# every frame it reads: each protocol's transactions (from the protocol registry), DNS's messages (its
+# retransmitted queries), TCP's frames (SYN retries; packets for frames without flags) and the tick
+REQUIRES = (*TRANSACTION_FRAMES, "dns_messages", "connections", "tcp_segments", "packets", "interfaces")
+ORDER = 20  # where it runs and is listed (detectors/__init__.py)
 
 S = 1_000_000_000
-SYN, ACK = 0x02, 0x10
+# the clients' normal pace for a request is known when at least this share of the retried requests show it
+# (two asks answered fine in a row): then a resend no faster than it is polling, not a storm
+PACE_KNOWN_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -122,252 +134,50 @@ class Params:
                                unit="x", gate=LOWER, lo=0.0)
     sync_ratio: float = param(0.25, "nearest other-client retry at most this share of the independent "
                                     "expectation: in phase", unit="share", lo=0.0, hi=1.0)
+    sync_min_retries: int = param(10, "in phase is judged from this many retries in the episode ...",
+                                  unit="retries", gate=LOWER, lo=0)
+    sync_min_clients: int = param(3, "... from this many clients (fewer: not judged, not in phase)",
+                                  unit="clients", gate=LOWER, lo=0)
+    linear_preference: float = param(0.8, "growing intervals are linear, not exponential, when the linear model's "
+                                          "median residual is below this share of the exponential one's",
+                                     unit="share", lo=0.0)
+    linear_consistency: float = param(0.75, "a steady linear step needs at least this share of the steps positive",
+                                      unit="share", lo=0.0, hi=1.0)
 
 
-# -- sends -------------------------------------------------------------------------------------------
-
-_SEND_SCHEMA = {
-    "kind": pl.String, "client": pl.String, "client_port": pl.UInt16, "server": pl.String,
-    "server_port": pl.UInt16, "operation": pl.String, "key_resource": pl.String, "resource": pl.String,
-    "ts": pl.Int64, "frame": pl.UInt32, "ok_ts": pl.Int64, "end_ts": pl.Int64, "extra": pl.UInt32,
-    "latency_ns": pl.Int64, "answered": pl.Boolean, "error": pl.String, "err_ts": pl.Int64,
-    "reliable": pl.Boolean, "flow": pl.Int64,
-}
-
-# request fields that make two requests of one protocol different although operation and resource
-# agree (two LDAP searches of one base with different filters are different requests)
-_DETAIL_FIELDS = ("filter", "scope", "attributes", "oid", "cname", "info_class_name", "file_offset",
-                  "create_disposition", "fid_persistent", "fid_volatile")
-
-
-_RESPONSE_FIELDS = ("fid_persistent", "fid_volatile")  # filled from the response of a CREATE: not the request's
-
-
-def _detail(f: pl.DataFrame) -> pl.Expr:
-    cols = []
-    for c in _DETAIL_FIELDS:
-        if c not in f.columns:
-            continue
-        e = pl.col(c).cast(pl.String)
-        if c in _RESPONSE_FIELDS:
-            e = pl.when(pl.col("operation").cast(pl.String) != "CREATE").then(e)
-        cols.append(e.fill_null(""))
-    return pl.concat_str(cols, separator="\x1f") if cols else pl.lit(None, pl.String)
-
-
-def _dns_retransmissions(capture, dns_tx: pl.DataFrame) -> pl.DataFrame | None:
-    """The retransmitted queries (dns_messages.retransmission) with their transaction's outcome."""
-    try:
-        msgs = capture.frame("dns_messages")
-    except KeyError:
-        return None
-    need = {"retransmission", "qr", "src", "dst", "sport", "dport", "id", "qname", "qtype", "ts_last_ns",
-            "frame_last", "transport"}
-    if msgs is None or not need <= set(msgs.columns):
-        return None
-    rt = msgs.filter(pl.col("retransmission").fill_null(False) & (pl.col("qr") == False)).select(  # noqa: E712
-        pl.col("transport").cast(pl.String), pl.col("src").cast(pl.String).alias("client"),
-        pl.col("sport").cast(pl.UInt16).alias("client_port"), pl.col("dst").cast(pl.String).alias("server"),
-        pl.col("dport").cast(pl.UInt16).alias("server_port"), pl.col("id").cast(pl.UInt16),
-        pl.col("qname").cast(pl.String).alias("resource"), pl.col("qtype").cast(pl.UInt16),
-        pl.col("ts_last_ns").cast(pl.Int64).alias("ts"), pl.col("frame_last").cast(pl.UInt32).alias("frame"))
-    if rt.height == 0:
-        return rt.with_columns(pl.lit(None, pl.Int64).alias("_txn"))
-    by = ["transport", "client", "client_port", "server", "server_port", "id", "resource", "qtype"]
-    tx = dns_tx.select(
-        pl.col("transport").cast(pl.String), pl.col("client").cast(pl.String), pl.col("client_port").cast(pl.UInt16),
-        pl.col("server").cast(pl.String), pl.col("server_port").cast(pl.UInt16), pl.col("id").cast(pl.UInt16),
-        pl.col("resource").cast(pl.String), pl.col("qtype").cast(pl.UInt16),
-        pl.col("request_ts_ns").cast(pl.Int64).alias("tx_ts"), pl.col("_txn"))
-    return rt.sort("ts").join_asof(tx.sort("tx_ts", "_txn"), left_on="ts", right_on="tx_ts", by=by, strategy="backward",
-                                   check_sortedness=False)
-
-
-def _transaction_sends(capture, frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
-    """One row per send of every transaction frame (DNS retransmissions included)."""
-    parts = []
-    for name, f in frames.items():
-        f = f.with_row_index("_txn").with_columns(pl.col("_txn").cast(pl.Int64), _detail(f).alias("_detail"),
-                                                   pl.col("status").cast(pl.String).alias("_status"),
-                                                   pl.col("resource").cast(pl.String).alias("_resource"))
-        dns = {"retries", "id", "qtype"} <= set(f.columns)
-        f = f.with_columns(pl.col("transport").cast(pl.String).alias("_transport"),
-                           pl.col("flow").cast(pl.Int64).alias("_flow"))
-        req = requests_of({name: f}, keep=("_txn", "_detail", "_status", "_resource", "_transport", "_flow")
-                          + (("retries",) if dns else ()))
-        req = req.with_columns(pl.concat_str("key_resource", pl.col("_detail").fill_null(""), separator="\x1f")
-                               .alias("key_resource"))
-        extra = pl.lit(0, pl.UInt32)
-        rts = None
-        if dns:
-            rts = _dns_retransmissions(capture, f)
-            if rts is None:  # no message frame: the retries are known, their times are not
-                extra = pl.col("retries").cast(pl.UInt32).fill_null(0)
-        first = req.select(
-            pl.col("protocol").alias("kind"), "client", "client_port", "server", "server_port", "operation",
-            "key_resource", pl.coalesce("_resource", "resource").alias("resource"), pl.col("request_ts_ns").alias("ts"),
-            pl.col("request_frame").alias("frame"),
-            pl.when(pl.col("answered") & ~pl.col("is_error").fill_null(False)).then(pl.col("response_ts_ns"))
-            .alias("ok_ts"), pl.col("end_ts_ns").alias("end_ts"), extra.alias("extra"), "latency_ns", "answered",
-            pl.when(pl.col("is_error").fill_null(False)).then(pl.col("_status")).alias("error"),
-            pl.when(pl.col("answered") & pl.col("is_error").fill_null(False)).then(pl.col("response_ts_ns"))
-            .alias("err_ts"), (pl.col("_transport") == "tcp").fill_null(False).alias("reliable"),
-            pl.col("_flow").alias("flow"), "_txn", "expects")
-        parts.append(first.filter(pl.col("expects")).drop("expects", "_txn").cast(_SEND_SCHEMA))
-        if rts is not None and rts.height:
-            outcome = first.select("_txn", "kind", "operation", "key_resource", "ok_ts", "end_ts", "error", "err_ts",
-                                   "reliable", "flow")
-            parts.append(rts.filter(pl.col("_txn").is_not_null()).join(outcome, on="_txn", how="inner").select(
-                "kind", "client", "client_port", "server", "server_port", "operation", "key_resource", "resource",
-                "ts", "frame", "ok_ts", "end_ts", pl.lit(0, pl.UInt32).alias("extra"),
-                pl.lit(None, pl.Int64).alias("latency_ns"), pl.lit(False).alias("answered"), "error", "err_ts",
-                "reliable", "flow",
-            ).cast(_SEND_SCHEMA))
-    if not parts:
-        return pl.DataFrame(schema=_SEND_SCHEMA)
-    return pl.concat(parts)
-
-
-def _syn_sends(capture) -> tuple[pl.DataFrame, pl.DataFrame | None]:
-    """One row per SYN a client sent (retransmissions included), with its connection's outcome; and
-    the connections frame (for handshake RTTs)."""
-    empty = pl.DataFrame(schema=_SEND_SCHEMA)
-    try:
-        conns = capture.frame("connections")
-        segs = capture.frame("tcp_segments")
-    except KeyError:
-        return empty, None
-    if conns is None or conns.height == 0 or segs is None or segs.height == 0:
-        return empty, conns
-    is_syn = (pl.col("tcp_flags").cast(pl.Int64) & (SYN | ACK)) == SYN
-    if {"ts_ns", "tcp_flags"} <= set(segs.columns):  # tcp_segments carries them
-        syn = segs.filter(is_syn & pl.col("from_client")).select(
-            pl.col("frame").cast(pl.UInt32), pl.col("ts_ns").cast(pl.Int64).alias("ts"), "conn")
-    else:  # older frames: flags and times from the packets
-        packets = getattr(capture, "packets", None)
-        if packets is None or "tcp_flags" not in packets.columns:
-            return empty, conns
-        syn = packets.filter(is_syn).select(pl.col("frame").cast(pl.UInt32), pl.col("ts_ns").cast(pl.Int64).alias("ts"))
-        seg = segs.select(pl.col("frame").cast(pl.UInt32), "conn", "from_client")
-        syn = (seg.filter(pl.col("frame").is_in(syn["frame"].implode())).join(syn, on="frame", how="inner")
-               .filter(pl.col("from_client")).drop("from_client"))
-    if syn.height == 0:
-        return empty, conns
-    c = conns.select(
-        "conn", pl.col("client").cast(pl.String), pl.col("client_port").cast(pl.UInt16),
-        pl.col("server").cast(pl.String), pl.col("server_port").cast(pl.UInt16),
-        pl.col("synack_ts_ns").cast(pl.Int64), pl.col("last_ts_ns").cast(pl.Int64),
-        pl.col("rtt_client_server_ns").cast(pl.Int64), pl.col("server_rst").cast(pl.Boolean))
-    out = syn.join(c, on="conn", how="inner").select(
-        pl.lit("tcp").alias("kind"), "client", "client_port", "server", "server_port", pl.lit("SYN").alias("operation"),
-        pl.format("{}:{}", "server", "server_port").alias("key_resource"),
-        pl.format("{}:{}", "server", "server_port").alias("resource"), "ts", "frame",
-        pl.col("synack_ts_ns").alias("ok_ts"), pl.coalesce("synack_ts_ns", "last_ts_ns").alias("end_ts"),
-        pl.lit(0, pl.UInt32).alias("extra"), pl.col("rtt_client_server_ns").alias("latency_ns"),
-        pl.col("synack_ts_ns").is_not_null().alias("answered"),
-        pl.when(pl.col("server_rst") & pl.col("synack_ts_ns").is_null()).then(pl.lit("RST")).alias("error"),
-        pl.when(pl.col("server_rst") & pl.col("synack_ts_ns").is_null()).then(pl.col("last_ts_ns")).alias("err_ts"),
-        pl.lit(False).alias("reliable"), pl.col("conn").cast(pl.Int64).alias("flow"))
-    return out.cast(_SEND_SCHEMA), conns
-
-
-# -- backoff, phase -----------------------------------------------------------------------------------
-
-def _fit(y: np.ndarray) -> tuple[float, np.ndarray]:
-    """Least-squares slope of y over its index, and the residuals."""
-    i = np.arange(y.size, dtype=np.float64)
-    ic = i - i.mean()
-    b = float((ic * (y - y.mean())).sum() / (ic * ic).sum())
-    return b, y - (y.mean() + b * ic)
-
-
-MAX_CLASSIFIED_CHAINS = 2000  # chains looked at for the backoff class (the first ones: enough to tell)
-
+# -- backoff, phase: detectors/retry_storm_backoff.py ------------------------------------------------
 
 def classify_backoff(intervals: list[np.ndarray], params: Params = Params()) -> tuple[str, bool | None]:
-    """Backoff class of retry chains from their inter-send intervals (one array per chain): "fixed"
-    (no backoff), "linear", "exponential", "irregular" (intervals shrinking) or "unknown" (no chain
-    with two intervals), and whether there is jitter (None when unknown).
-
-    Per chain, the least-squares slope of log(interval) over the retry number is its growth per
-    retry; the median over chains decides: at least ``growth_ratio`` is growing (exponential or
-    linear, whichever model leaves the smaller residuals — log-space for exponential, relative for
-    linear), within 1/``fixed_ratio``..``growth_ratio`` a fixed timer unless the steps are
-    consistently positive and at least ``linear_step`` of the interval (a linear backoff from a large
-    base). Jitter: the median absolute residual of the chosen model above ``jitter``; a "fixed" timer
-    scattered beyond ``no_timer`` is "irregular" (what a forwarder relaying many clients looks like)."""
-    chains = []
-    for d in intervals[:MAX_CLASSIFIED_CHAINS]:
-        d = np.asarray(d, dtype=np.float64)
-        d = d[d > 0]
-        if d.size >= 2:
-            chains.append(d)
-    if not chains:
-        return "unknown", None
-    fits = [_fit(np.log(d)) for d in chains]
-    growth = float(np.exp(np.median([b for b, _ in fits])))
-    exp_res = np.abs(np.concatenate([r for _, r in fits]))
-
-    def linear_res():
-        out = []
-        for d in chains:
-            b, r = _fit(d)
-            out.append(np.abs(r) / np.maximum(d - r, 1e-12))
-        return np.concatenate(out)
-
-    if growth >= params.growth_ratio:
-        long_chains = [d for d in chains if d.size >= 3]
-        if long_chains:
-            e_long = np.abs(np.concatenate([_fit(np.log(d))[1] for d in long_chains]))
-            l_long = np.concatenate([np.abs(_fit(d)[1]) / np.maximum(d - _fit(d)[1], 1e-12) for d in long_chains])
-            if float(np.median(l_long)) < float(np.median(e_long)) * 0.8:
-                return "linear", float(np.median(linear_res())) > params.jitter
-        return "exponential", float(np.median(exp_res)) > params.jitter
-    if growth > 1.0 / params.fixed_ratio:
-        steps = np.concatenate([np.diff(d) / np.median(d) for d in chains])
-        if float(np.median(steps)) >= params.linear_step and float(np.mean(steps > 0)) >= 0.75:
-            return "linear", float(np.median(linear_res())) > params.jitter
-        dev = float(np.median(np.abs(np.concatenate([np.log(d / np.median(d)) for d in chains]))))
-        if dev > params.no_timer:  # as scattered as independent arrivals: no timer to see
-            return "irregular", True
-        return "fixed", dev > params.jitter
-    return "irregular", True
+    """Backoff class ("fixed", "linear", "exponential", "irregular" or "unknown") of retry chains from
+    their inter-send intervals (one array per chain), and whether there is jitter (None when unknown):
+    :func:`detectors.retry_storm_backoff.backoff_class` with these parameters."""
+    return retry_storm_backoff.backoff_class(intervals, params)
 
 
-def in_phase(retries: pl.DataFrame, duration_ns: int) -> float | None:
-    """Median distance from each retry to the nearest retry of *another* client (prev/next in time),
-    as a share of what independent timers would give at the same rate (1 / (2 x rate)): near 0 when
-    clients retry in phase, near 1 when not. None with fewer than 3 clients or 10 retries."""
-    if retries.height < 10 or retries["client_id"].n_unique() < 3 or duration_ns <= 0:
-        return None
-    r = retries.sort("ts", "client_id").with_columns(  # ties by client: the same in every run
-        pl.when(pl.col("client_id").shift(1) != pl.col("client_id")).then(pl.col("ts") - pl.col("ts").shift(1))
-        .alias("dp"),
-        pl.when(pl.col("client_id").shift(-1) != pl.col("client_id")).then(pl.col("ts").shift(-1) - pl.col("ts"))
-        .alias("dn"),
-    ).select(pl.min_horizontal("dp", "dn").alias("nn")).drop_nulls()
-    if r.height == 0:
-        return None
-    rate = retries.height / duration_ns
-    return float(r["nn"].median()) * 2 * rate
+def in_phase(retries: pl.DataFrame, duration_ns: int, params: Params = Params()) -> float | None:
+    """How close each retry is to another client's, against independent timers (near 0: in phase):
+    :func:`detectors.retry_storm_backoff.in_phase`; None below ``sync_min_retries`` or ``sync_min_clients``."""
+    return retry_storm_backoff.in_phase(retries, duration_ns, params.sync_min_retries, params.sync_min_clients)
 
 
 # -- detect -------------------------------------------------------------------------------------------
-
-_KIND_WORDS = {"dns": "DNS queries", "kerberos": "Kerberos requests", "ldap": "LDAP requests",
-               "smb2": "SMB2 requests", "tcp": "TCP SYNs"}
 
 
 def _explain(r: dict, res_ns: float) -> str:
     kind = r["kind"]
     what = r["resource"] or r["operation"]
-    if kind == "dns" and r["operation"]:
+    declared = protocol_declaration(kind)  # its wording (analyzer/decoders/protocol.py); None for tcp
+    if declared is not None and declared.operation_after_resource and r["operation"]:
         what = f"{what} {r['operation']}"
     if r["n_resources"] > 1:
         what += f" (and {r['n_resources'] - 1} other request(s))"
     op = r["operation"] or "request"
-    noun = {"dns": "queries for", "tcp": "SYNs to"}.get(kind, f"{op}s for" if not op.endswith("Request")
-                                                          else f"{op[:-7]} requests for")
+    if kind == "tcp":
+        noun = "SYNs to"
+    elif declared is not None and declared.request_word:
+        noun = f"{declared.request_word} for"
+    else:
+        noun = f"{op}s for" if not op.endswith("Request") else f"{op[:-7]} requests for"
     clients = f"{r['clients']} clients" if r["clients"] != 1 else f"1 client ({r['one_client']})"
     head = (f"{clients} resent {noun} {what} at {r['server']} {r['retries']} times over "
             f"{fmt_ns(max(r['end_ns'] - r['first_send_ns'], res_ns))}: {r['chains']} request(s) retried, "
@@ -387,7 +197,7 @@ def _explain(r: dict, res_ns: float) -> str:
         jit = jit if r["backoff"] != "irregular" else ""
         back = f"; {name}{jit}, median interval {fmt_ns(r['median_interval_ns'])}"
     phase = ""
-    if r["speedup"] is not None and r["pace_known"] >= 0.5 and r["speedup"] >= 1.5:
+    if r["speedup"] is not None and r["pace_known"] >= PACE_KNOWN_SHARE and r["speedup"] >= 1.5:
         phase += (f"; {fmt_number(r['speedup'])}x faster than the clients normally ask for it (every "
                   f"{fmt_limited(r['normal_gap'], res_ns)})")
     if r["sync"] is not None:
@@ -440,8 +250,8 @@ def _explain(r: dict, res_ns: float) -> str:
 
 def detect(capture, params: Params = Params()) -> pl.DataFrame:
     frames = transaction_frames(capture)
-    sends = _transaction_sends(capture, frames) if frames else pl.DataFrame(schema=_SEND_SCHEMA)
-    syns, _ = _syn_sends(capture)
+    sends = transaction_sends(capture, frames) if frames else pl.DataFrame(schema=SEND_SCHEMA)
+    syns, _ = syn_sends(capture)
     sends = pl.concat([sends, syns]) if syns.height else sends
     if sends.height < params.min_retries + 1:
         return empty_findings()
@@ -546,10 +356,10 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
         g = by_ep[row["episode"]]
         iv = [np.asarray(x, dtype=np.float64) for x in g["intervals"].to_list() if x is not None and len(x)]
         med = row["median_interval_ns"]
-        limited = med is not None and med < 10 * res_ns
+        limited = med is not None and med < RESOLUTION_TICKS * res_ns
         cls, jit = ("unknown", None) if limited else classify_backoff(iv, params)
         rs = rs_by_ep.get(row["episode"])
-        sync = in_phase(rs, row["end_ns"] - row["start_ns"]) if rs is not None and not limited else None
+        sync = in_phase(rs, row["end_ns"] - row["start_ns"], params) if rs is not None and not limited else None
         extra_cols["backoff"].append(cls)
         extra_cols["jitter"].append(jit)
         extra_cols["sync"].append(sync)
@@ -574,7 +384,7 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
              .when(exp & ~pl.col("synced")).then(pl.max_horizontal(level - 1, pl.lit(1)))
              .otherwise(level))
     # clients that resend no faster than they normally ask are polling through a failure: no load added
-    polling = ((pl.col("pace_known") >= 0.5) & (pl.col("speedup") < params.min_speedup)).fill_null(False)
+    polling = ((pl.col("pace_known") >= PACE_KNOWN_SHARE) & (pl.col("speedup") < params.min_speedup)).fill_null(False)
     eps = eps.with_columns(polling.alias("polling"))
     level = pl.when(pl.col("polling")).then(pl.min_horizontal(level, pl.lit(1))).otherwise(level)
     level = pl.when(pl.col("answered_any_proto")).then(level).otherwise(0)

@@ -12,6 +12,15 @@ import re
 import shutil
 import subprocess
 
+from rich.markup import escape as esc
+
+from analyzer.render import console as make_console
+
+from . import available, run
+from .base import uncapped_evidence
+from .params import fields_of, format_value
+from .report import finding_records, measured, wireshark_command, wireshark_filter
+
 TSHARK_TIMEOUT_S = 120  # per file; a summary that takes longer is left out, with a note
 TSHARK_MAX_FRAMES = 2_000  # evidence frames summarised per file (the rest are listed, not summarised)
 MIN_PREFIX = 4  # hex digits an abbreviated id needs
@@ -28,11 +37,6 @@ def check_id(finding_id: str) -> str | None:
 def find_finding(cap, files, finding_id: str, cfg) -> tuple[dict, list[dict]] | str:
     """(the finding's record, its member findings' records) in the opened capture ``cap`` of
     ``files``, or a sentence saying why not."""
-    from detectors import run
-    from detectors.base import uncapped_evidence
-
-    from analyzer.scan import finding_records
-
     why = check_id(finding_id)
     if why:
         return why
@@ -58,8 +62,6 @@ def tshark_summaries(record: dict) -> list[dict] | None:
     tshark = shutil.which("tshark")
     if tshark is None:
         return None
-    from analyzer.scan import wireshark_filter
-
     out = []
     for e in record["evidence"]:
         if not os.path.isfile(e["file"]):  # "-", a FIFO, <(...): its bytes are gone, tshark cannot re-read them
@@ -84,10 +86,7 @@ def tshark_summaries(record: dict) -> list[dict] | None:
 
 def _parameters_text(record: dict) -> str:
     """The finding's parameters as --set would take them (durations with units)."""
-    import detectors
-    from detectors.params import fields_of, format_value
-
-    module = detectors.available().get(record["detector"])
+    module = available().get(record["detector"])
     fields = {f.name: f for f in fields_of(module.Params)} if module else {}
     values = record["parameters"]
     return ", ".join(f"{k}={format_value(fields[k], frozenset(v) if isinstance(v, list) else v) if k in fields else v}"
@@ -95,11 +94,6 @@ def _parameters_text(record: dict) -> str:
 
 
 def print_finding(record: dict, members: list[dict], summaries: list[dict] | None, console=None) -> None:
-    from rich.markup import escape as esc
-
-    from analyzer.render import console as make_console
-    from analyzer.scan import _num, wireshark_command
-
     console = console or make_console()
     console.print(f"[bold]{esc(record['detector'])}/{esc(record['kind'])} {record['finding_id']}[/bold] "
                   f"({record['severity']})")
@@ -107,8 +101,8 @@ def print_finding(record: dict, members: list[dict], summaries: list[dict] | Non
     rows = [("when", f"{record['start_time']} .. {record['end_time']}"),
             ("client", record["client"]), ("server", record["server"]), ("resource", record["resource"]),
             ("clients", record["clients"]), ("client identity", record["client_identity"]),
-            ("measured", f"{record['metric']} = {_num(record['value'])} {record['unit'] or ''} "
-                         f"(threshold {_num(record['threshold'])})"),
+            ("measured", f"{record['metric']} = {measured(record['value'])} {record['unit'] or ''} "
+                         f"(threshold {measured(record['threshold'])})"),
             ("members", record.get("members") or None),
             ("capture", record["capture"]),
             ("parameters", _parameters_text(record))]

@@ -72,7 +72,13 @@ from .params import LOWER, UPPER, param
 
 NAME = "smb_break_queue"
 KINDS = ("slow_ack", "unacknowledged", "storm")
-REQUIRES = ("smb2_breaks", "smb2_transactions", "connections")
+# every frame it reads (packets: where the capture ends; interfaces: resolution_ns)
+REQUIRES = ("smb2_breaks", "smb2_transactions", "connections", "packets", "interfaces")
+ORDER = 30  # where it runs and is listed (detectors/__init__.py)
+
+NS_PER_MS = 1e6  # unit conversions: latencies are reported in ms, waits weighed in s
+NS_PER_S = 1e9
+MIN_STORM_BREAKS = 2  # a storm is several breaks: storm_min_breaks below this counts as this
 
 
 @dataclass(frozen=True)
@@ -109,7 +115,8 @@ def _empty_transactions() -> pl.DataFrame:
     return empty_frame(TRANSACTION_COLUMNS)
 
 
-def _frame(capture, name: str) -> pl.DataFrame | None:
+def optional_frame(capture, name: str) -> pl.DataFrame | None:
+    """The frame ``name`` of the capture, None when the capture has no such frame (no decoder for it)."""
     try:
         return capture.frame(name)
     except KeyError:
@@ -145,8 +152,8 @@ def capture_end_ns(capture, *frames_cols: tuple[pl.DataFrame | None, str]) -> in
 def break_table(capture, params: Params = Params()) -> pl.DataFrame:
     """One row per break notification with its resolution, threshold and the queue behind it
     (the detector's working table; empty when the capture has no breaks)."""
-    breaks = _frame(capture, "smb2_breaks")
-    tx = _frame(capture, "smb2_transactions")
+    breaks = optional_frame(capture, "smb2_breaks")
+    tx = optional_frame(capture, "smb2_transactions")
     if breaks is None or breaks.height == 0:
         return pl.DataFrame()
     if tx is None:
@@ -186,7 +193,7 @@ def break_table(capture, params: Params = Params()) -> pl.DataFrame:
     ).with_columns((pl.col("resolved_ts_ns") - pl.col("ts_ns")).alias("latency_ns"),
                    (pl.lit(end, pl.Int64) - pl.col("ts_ns")).alias("observed_after_ns"))
     # baseline: the holder connection's RTT and the server's median response time
-    conns = _frame(capture, "connections")
+    conns = optional_frame(capture, "connections")
     if conns is not None and conns.height and "conn" in conns.columns:
         rtt = pl.coalesce(pl.col("handshake_rtt_ns"),
                           pl.col("rtt_client_server_ns") + pl.col("rtt_server_client_ns"))
@@ -313,7 +320,7 @@ def queue_depth(capture, params: Params = Params()) -> pl.DataFrame:
     """Queue depth over time behind each break: (bid, ts_ns, depth) steps, ``bid`` numbering the rows
     of ``smb2_breaks``; the depth changes when a waiting request arrives or is answered."""
     b = break_table(capture, params)
-    tx = _frame(capture, "smb2_transactions")
+    tx = optional_frame(capture, "smb2_transactions")
     if b.height == 0 or tx is None:
         return pl.DataFrame(schema={"bid": pl.UInt32, "ts_ns": pl.Int64, "depth": pl.Int32})
     end = capture_end_ns(capture, (tx, "response_ts_ns"), (b, "ts_ns"))
@@ -343,7 +350,7 @@ def _break_findings(b: pl.DataFrame, params: Params) -> pl.DataFrame:
     if f.height == 0:
         return pl.DataFrame()
     blind = pl.col("resolved_ts_ns").is_null() & (pl.col("client_dir_seen") == False)  # noqa: E712
-    sev = severity_from_scale(pl.col("total_wait_ns") / 1e9, (0.0, params.medium_wait_s, params.high_wait_s,
+    sev = severity_from_scale(pl.col("total_wait_ns") / NS_PER_S, (0.0, params.medium_wait_s, params.high_wait_s,
                                                                params.critical_wait_s))
     f = f.with_columns(sev.alias("severity")).with_columns(
         _bump(pl.col("severity"), pl.col("waiters") >= params.many_waiters, "high").alias("severity"),
@@ -417,8 +424,8 @@ def _break_row(r: dict, params: Params) -> dict:
         "clients": len(holder_ids),
         "client_identity": r["client_identity"],
         "metric": "break_ack_latency_ms",
-        "value": value / 1e6,
-        "threshold": r["threshold_ns"] / 1e6,
+        "value": value / NS_PER_MS,
+        "threshold": r["threshold_ns"] / NS_PER_MS,
         "unit": "ms",
         "evidence_frames": [int(x) for x in frames if x is not None],
         "explanation": lead + queue + trig + thr,
@@ -426,7 +433,7 @@ def _break_row(r: dict, params: Params) -> dict:
 
 
 def _storm_findings(b: pl.DataFrame, params: Params) -> pl.DataFrame:
-    k = max(2, params.storm_min_breaks)
+    k = max(MIN_STORM_BREAKS, params.storm_min_breaks)
     s = b.filter(pl.col("pkey").is_not_null()).sort("server", "pkey", "ts_ns", "bid")
     if s.height < k:
         return pl.DataFrame()
@@ -459,13 +466,13 @@ def _storm_findings(b: pl.DataFrame, params: Params) -> pl.DataFrame:
     ).filter(pl.col("n") >= k)
     if eps.height == 0:
         return pl.DataFrame()
-    sev = severity_from_scale(pl.col("total_wait_ns") / 1e9, (0.0, params.medium_wait_s, params.high_wait_s,
+    sev = severity_from_scale(pl.col("total_wait_ns") / NS_PER_S, (0.0, params.medium_wait_s, params.high_wait_s,
                                                                params.critical_wait_s))
     eps = eps.with_columns(sev.alias("severity"))
     rows = []
     for r in eps.iter_rows(named=True):
         span = max(1, r["end_ns"] - r["start_ns"])
-        rate = r["n"] / (span / 1e9)
+        rate = r["n"] / (span / NS_PER_S)
         kinds = ("lease" if r["leases"] == r["n"] else "oplock" if r["leases"] == 0 else "oplock and lease")
         rows.append({
             "kind": "storm", "severity": r["severity"], "start_ns": r["start_ns"], "end_ns": r["end_ns"],

@@ -67,10 +67,10 @@ What is measured (per connection and sending side, one finding per kind)
         data left only after the receiver's ACK or window update, at least ``max(window_min_ns,
         window_rtts x RTT)`` later. Stall = wait - RTT.
     Transfers (for the two kinds below): a run of one side's payload with no payload from the peer in
-        between and no silence longer than ``2 x RTT + resume_slack_ns`` (slow start sends every round
-        trip). Flight is measured per RTT round (bytes of new data sent in each RTT-long slot from the
-        transfer's first segment; the first round is its first ``first_round_rtts`` RTT), which reads
-        the same from any vantage point, unlike ``bytes_in_flight``.
+        between and no silence longer than ``transfer_gap_rtts`` (2) x RTT + ``resume_slack_ns`` (slow
+        start sends every round trip). Flight is measured per RTT round (bytes of new data sent in each
+        RTT-long slot from the transfer's first segment; the first round is its first
+        ``first_round_rtts`` RTT), which reads the same from any vantage point, unlike ``bytes_in_flight``.
     ``slow_start_after_idle`` (RFC 5681 4.1, RFC 7661; Linux ``net.ipv4.tcp_slow_start_after_idle``):
         the sending side was idle longer than its RTO estimate (``idle_min_ns`` + RTT), and the next
         transfer's first round carried at most ``restart_ratio`` of the best round of the side's previous
@@ -145,12 +145,19 @@ from dataclasses import dataclass
 import polars as pl
 
 from . import tcp_stall_kinds as ep
-from .base import empty_findings, findings, fmt_ns, resolution_ns
+from .base import RESOLUTION_TICKS, SEVERITIES, empty_findings, endpoint_expr, findings, fmt_ns, resolution_ns
 from .params import LOWER, UPPER, param
 from .tcp_stall_explain import explain
 
 NAME = "tcp_stall"
-REQUIRES = ("tcp_segments", "connections", "packets")
+# every frame it reads (packets: capture-wide silences; interfaces: resolution_ns)
+REQUIRES = ("tcp_segments", "connections", "packets", "interfaces")
+ORDER = 40  # where it runs and is listed (detectors/__init__.py)
+
+# the sender's segment size when the peer announced no MSS: Ethernet's 1500-byte MTU less 40 bytes of
+# IPv4 and TCP headers
+DEFAULT_MSS = 1460
+NS_PER_MS = 1e6  # the time lost is reported in ms
 
 KINDS = ("rto", "synack_retransmission", "spurious_retransmission", "teardown", "capture_gap", "delayed_ack",
          "zero_window", "window_full", "slow_start_after_idle", "small_initial_window")
@@ -211,6 +218,18 @@ class Params:
     high_lost_rtts: float = param(500.0, "... high this many ...", unit="RTTs", gate=LOWER, lo=0.0)
     critical_lost_rtts: float = param(5000.0, "... and critical this many (a timer thousands of RTTs long)",
                                       unit="RTTs", gate=LOWER, lo=0.0)
+    small_segment_margin: int = param(40, "delayed_ack: the held segment N is small: at least this many bytes "
+                                          "under the peer's MSS", unit="bytes", gate=LOWER, lo=0)
+    transfer_gap_rtts: float = param(2.0, "a transfer ends at a silence longer than this many RTTs + "
+                                          "resume_slack_ns (slow start sends every round trip)", unit="RTTs", lo=0.0)
+    round_growth: float = param(1.5, "slow start: a round grows when it carries at least this times the round "
+                                     "before (a transfer still growing; a second round that grew)", unit="x", lo=0.0)
+    transfer_growth: int = param(2, "both slow-start kinds: the transfer carried at least this times its first "
+                                    "round (it needed more than one window)", unit="x", lo=0)
+    ssi_min_first_segments: float = param(0.5, "slow_start_after_idle: the first round after idle carried at least "
+                                               "this many MSS", unit="segments", lo=0.0)
+    sis_min_first_segments: int = param(2, "small_initial_window: the first round carried at least this many MSS",
+                                        unit="segments", lo=0)
     capture_gap_ns: int = param(10_000_000_000, "a silence of the whole capture (no packet from anyone) at least "
                                 "this long inside a stall, after which traffic resumes without a retransmission, "
                                 "is the capture's (stopped, or files merged): the stall is reported as "
@@ -231,11 +250,6 @@ def _segments(capture) -> pl.DataFrame:
         pl.col("seq_rel").cast(pl.Int64),
         pl.col("analysis").cast(pl.Int64),
     ).filter(pl.col("ts_ns").is_not_null()).with_row_index("_i").with_columns(pl.col("_i").cast(pl.Int64))
-
-
-def _endpoint(addr: pl.Expr, port: pl.Expr) -> pl.Expr:
-    a = addr.cast(pl.String)
-    return pl.when(a.str.contains(":")).then(pl.format("[{}]:{}", a, port)).otherwise(pl.format("{}:{}", a, port))
 
 
 def _connection_info(s: pl.DataFrame, conns: pl.DataFrame, res: float) -> pl.DataFrame:
@@ -263,8 +277,8 @@ def _connection_info(s: pl.DataFrame, conns: pl.DataFrame, res: float) -> pl.Dat
         "conn", "first_ts_ns", "last_ts_ns", "client_packets", "server_packets",
         pl.col("client").cast(pl.String), pl.col("server").cast(pl.String), "client_port", "server_port",
         pl.col("client_mss").cast(pl.Int64), pl.col("server_mss").cast(pl.Int64), "saw_synack",
-        _endpoint(pl.col("client"), pl.col("client_port")).alias("client_ep"),
-        _endpoint(pl.col("server"), pl.col("server_port")).alias("server_ep"),
+        endpoint_expr(pl.col("client"), pl.col("client_port")).alias("client_ep"),
+        endpoint_expr(pl.col("server"), pl.col("server_port")).alias("server_ep"),
     ).join(rtts.select("conn", "rtt", "rtt_source", "last_pay_ts"), on="conn", how="left")
     return c.with_columns(
         ((pl.col("client_packets") > 0) & (pl.col("server_packets") > 0)).alias("both_directions"),
@@ -275,7 +289,7 @@ def _connection_info(s: pl.DataFrame, conns: pl.DataFrame, res: float) -> pl.Dat
 
 # -- findings ----------------------------------------------------------------------------------------
 
-RANKED = ("informational", "low", "medium", "high", "critical")
+RANKED = SEVERITIES  # the severity names, by rank (0 informational .. 4 critical)
 
 
 def _severity(p: Params) -> pl.Expr:
@@ -296,16 +310,16 @@ def _severity(p: Params) -> pl.Expr:
     cannot = ~pl.col("both_directions") | pl.col("rtt").is_null() | kind.is_in(["teardown", "capture_gap"])
     rank = (pl.when(cannot).then(0).when(capped).then(pl.min_horizontal(rank, pl.lit(1)))
             .when(kind == "spurious_retransmission").then(1).otherwise(rank))
-    return rank.replace_strict(list(range(5)), list(RANKED), return_dtype=pl.String)
+    return rank.replace_strict(list(range(len(RANKED))), list(RANKED), return_dtype=pl.String)
 
 
 def _metric() -> tuple[pl.Expr, ...]:
     """metric, value, threshold, unit: the time lost in ms; for spurious retransmissions their count."""
     spurious = pl.col("kind") == "spurious_retransmission"
     return (pl.when(spurious).then(pl.lit("spurious_retransmissions")).otherwise(pl.lit("stall_ms")).alias("metric"),
-            pl.when(spurious).then(pl.col("dsacked").cast(pl.Float64)).otherwise(pl.col("stall_ns") / 1e6)
+            pl.when(spurious).then(pl.col("dsacked").cast(pl.Float64)).otherwise(pl.col("stall_ns") / NS_PER_MS)
             .alias("value"),
-            pl.when(spurious).then(pl.lit(1.0)).otherwise(pl.col("threshold_ns") / 1e6).alias("threshold"),
+            pl.when(spurious).then(pl.lit(1.0)).otherwise(pl.col("threshold_ns") / NS_PER_MS).alias("threshold"),
             pl.when(spurious).then(pl.lit("retransmissions")).otherwise(pl.lit("ms")).alias("unit"))
 
 
@@ -327,7 +341,7 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
     s = s.join(per_conn, on="conn", how="left", maintain_order="left").with_columns(
         # the sender's segment size is the peer's announced MSS
         pl.coalesce(pl.when(pl.col("from_client")).then(pl.col("server_mss")).otherwise(pl.col("client_mss")),
-                    pl.lit(1460)).alias("peer_mss"),
+                    pl.lit(DEFAULT_MSS)).alias("peer_mss"),
         ep.DK.alias("dk"),
         (pl.col("rtt").fill_null(0.0) * p.resume_rtts + p.resume_slack_ns + res).alias(ep.RESUME))
     s, info = ep.linked(s, info, p, res)
@@ -391,9 +405,9 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
             notes.append(f"only the {seen} direction was captured, so this cannot be judged (informational)")
         elif r["rtt"] is None:
             notes.append("no RTT could be measured, so this cannot be judged (informational)")
-        elif r["rtt"] < 10 * res:
-            notes.append(f"the RTT ({r['rtt_source']}) is within 10 ticks of the {fmt_ns(res)} timestamp "
-                         f"resolution, so RTT multiples are approximate")
+        elif r["rtt"] < RESOLUTION_TICKS * res:
+            notes.append(f"the RTT ({r['rtt_source']}) is within {RESOLUTION_TICKS} ticks of the {fmt_ns(res)} "
+                         f"timestamp resolution, so RTT multiples are approximate")
         if not r["waited"] and r["kind"] in ("rto", "synack_retransmission"):
             notes.append("no data followed in the connection, so nothing waited on it (at most low)")
         if notes:

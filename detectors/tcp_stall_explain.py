@@ -1,7 +1,20 @@
 """tcp_stall's explanations: one sentence with the numbers per finding (see detectors/tcp_stall.py)."""
 from __future__ import annotations
 
+from analyzer.tcp.analysis import TH_ACK as _ACK, TH_RST as _RST, TH_SYN as _SYN
+
 from .base import fmt_limited, fmt_ns
+
+# How the first silence of a timer episode names the timer: (shortest ns, longest ns, SYN only, name).
+TIMER_NAMES = (
+    (0.8e9, 1.3e9, True, "its initial RTO (RFC 6298: 1 s)"),
+    (2.5e9, 3.5e9, True, "its initial RTO (RFC 1122: 3 s)"),
+    (190e6, 450e6, False, "its retransmission timer (Linux: the 200 ms minimum RTO + SRTT; Windows: 300 ms)"),
+)
+DOUBLING = (1.6, 2.5)  # each silence this many times the one before (inclusive): "doubled each time"
+LISTED_BACKOFF_STEPS = 5  # the later silences of an episode listed at most
+# a delayed-ACK wait from this long is Windows' ~200 ms timer (or Linux's maximum), shorter Linux's ~40 ms
+DELACK_LONG_TIMER_NS = 120e6
 
 
 def _num(x: float) -> str:
@@ -20,23 +33,14 @@ def _bytes(n) -> str:
 def _timer_name(gaps: list[float], syn: bool) -> str:
     """Name the timer from the silences before successive retransmissions of one episode."""
     g1 = gaps[0]
-    if syn and 0.8e9 <= g1 <= 1.3e9:
-        name = "its initial RTO (RFC 6298: 1 s)"
-    elif syn and 2.5e9 <= g1 <= 3.5e9:
-        name = "its initial RTO (RFC 1122: 3 s)"
-    elif 190e6 <= g1 <= 450e6:
-        name = "its retransmission timer (Linux: the 200 ms minimum RTO + SRTT; Windows: 300 ms)"
-    else:
-        name = "its retransmission timer"
+    name = next((label for lo, hi, syn_only, label in TIMER_NAMES if (syn or not syn_only) and lo <= g1 <= hi),
+                "its retransmission timer")
     if len(gaps) > 1:
         ratios = [b / a for a, b in zip(gaps, gaps[1:]) if a > 0]
-        doubling = ratios and all(1.6 <= x <= 2.5 for x in ratios)
-        rest = ", ".join(fmt_ns(g) for g in gaps[1:6])
+        doubling = ratios and all(DOUBLING[0] <= x <= DOUBLING[1] for x in ratios)
+        rest = ", ".join(fmt_ns(g) for g in gaps[1:1 + LISTED_BACKOFF_STEPS])
         name += f", {'doubled each time' if doubling else 'then'} to {rest}"
     return name
-
-
-_RST, _SYN, _ACK = 0x04, 0x02, 0x10
 
 
 def _frame(n) -> str:
@@ -148,7 +152,7 @@ def explain(r: dict, res: float, p) -> str:
         return _timer_kinds(r, p, sender, peer, rtt_txt, lost, share)
     if kind == "delayed_ack":
         wait = r["median_wait"]
-        timer = ("a ~200 ms delayed-ACK timer (Windows, or Linux's maximum)" if wait and wait >= 120e6
+        timer = ("a ~200 ms delayed-ACK timer (Windows, or Linux's maximum)" if wait and wait >= DELACK_LONG_TIMER_NS
                  else "a ~40 ms delayed-ACK timer (Linux)")
         return (f"{sender} held a small segment until {peer}'s delayed ACK {n} times (median wait "
                 f"{fmt_ns(wait)}, {timer}, on a {rtt_txt}), losing {lost} ({share}): Nagle's algorithm "

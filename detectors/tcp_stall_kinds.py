@@ -13,11 +13,29 @@ from numba import njit
 
 from analyzer.tcp import analysis as an
 
-SYN, FIN, RST, ACK = 0x02, 0x01, 0x04, 0x10
+SYN, FIN, RST, ACK = an.TH_SYN, an.TH_FIN, an.TH_RST, an.TH_ACK
+
+# rows of the segment matrix _links reads (one int64 row per named column, capture order)
+SEG_CONN, SEG_SIDE, SEG_TS, SEG_SEGLEN, SEG_ANALYSIS, SEG_FRAME, SEG_DATA_LIKE = range(7)
+SEG_ROWS = 7
+
+# the columns _links adds to the segment frame, and their rows in its output matrix
+LINK_COLUMNS = ("prev_any_ts", "prev_any_frame", "prev_pay_ts", "prev_pay_frame", "next_frame", "next_ts",
+                "next_seglen", "next_analysis", "next_held", "tr", "prev_tr")
+(PREV_ANY_TS, PREV_ANY_FRAME, PREV_PAY_TS, PREV_PAY_FRAME, NEXT_FRAME, NEXT_TS, NEXT_SEGLEN, NEXT_ANALYSIS,
+ NEXT_HELD, TR, PREV_TR) = range(len(LINK_COLUMNS))
+LINK_ROWS = len(LINK_COLUMNS)
+
+ZERO_WINDOW_PROBE_EVIDENCE = 10  # zero_window: the first probes kept as evidence
+SEQ_SPAN = 1 << 33  # dk * SEQ_SPAN + seq_rel: one integer per (direction, relative sequence number)
+MIN_SLOW_START_ROUNDS = 2  # a transfer shows slow start (a round that grew) from two RTT rounds on
+
 
 @njit(cache=True)
-def _links(conn, side, ts, seglen, analysis, frame, data_like, gap_limit, idle_thr, zw_bit, blocked_bits, n_conn):
-    """One pass in capture order. Per segment (-1 where there is none):
+def _links(seg, gap_limit, idle_thr, zw_bit, blocked_bits, n_conn):
+    """One pass in capture order over ``seg`` (rows SEG_*: conn, side = from_client, ts, seglen,
+    analysis, frame, data_like), returning one row per LINK_COLUMNS name. Per segment (-1 where there
+    is none):
     prev_any_ts / prev_any_frame: the previous data-bearing (payload, SYN or FIN) segment of its direction;
     prev_pay_ts / prev_pay_frame, next_frame / next_ts / next_seglen / next_analysis: the previous and
     next payload segment of its direction (payload segments only); next_held: that next payload segment
@@ -28,18 +46,17 @@ def _links(conn, side, ts, seglen, analysis, frame, data_like, gap_limit, idle_t
     Per connection: idle, the sum of the gaps of at least ``idle_thr[conn]`` after which the connection
     carries on (the segment after the gap is not a retransmission, probe or window update, and the one
     before it did not close the window)."""
+    conn, side, ts, seglen = seg[SEG_CONN], seg[SEG_SIDE], seg[SEG_TS], seg[SEG_SEGLEN]
+    analysis, frame, data_like = seg[SEG_ANALYSIS], seg[SEG_FRAME], seg[SEG_DATA_LIKE]
     n = conn.shape[0]
-    prev_any_ts = np.full(n, -1, np.int64)
-    prev_any_frame = np.full(n, -1, np.int64)
-    prev_pay_ts = np.full(n, -1, np.int64)
-    prev_pay_frame = np.full(n, -1, np.int64)
-    next_frame = np.full(n, -1, np.int64)
-    next_ts = np.full(n, -1, np.int64)
-    next_seglen = np.full(n, -1, np.int64)
-    next_analysis = np.zeros(n, np.int64)
-    next_held = np.zeros(n, np.bool_)
-    tr = np.full(n, -1, np.int64)
-    prev_tr = np.full(n, -1, np.int64)
+    out = np.full((LINK_ROWS, n), -1, np.int64)
+    out[NEXT_ANALYSIS] = 0
+    out[NEXT_HELD] = 0
+    prev_any_ts, prev_any_frame, prev_pay_ts, prev_pay_frame = out[PREV_ANY_TS], out[PREV_ANY_FRAME], \
+        out[PREV_PAY_TS], out[PREV_PAY_FRAME]
+    next_frame, next_ts, next_seglen, next_analysis = out[NEXT_FRAME], out[NEXT_TS], out[NEXT_SEGLEN], \
+        out[NEXT_ANALYSIS]
+    next_held, tr, prev_tr = out[NEXT_HELD], out[TR], out[PREV_TR]
     idle = np.zeros(n_conn, np.int64)
     last_seg = np.full(n_conn, -1, np.int64)
     last_pay_c = np.full(n_conn, -1, np.int64)
@@ -55,7 +72,7 @@ def _links(conn, side, ts, seglen, analysis, frame, data_like, gap_limit, idle_t
                 and (analysis[ps] & zw_bit) == 0:
             idle[c] += ts[i] - ts[ps]
         last_seg[c] = i
-        if data_like[i]:
+        if data_like[i] != 0:
             pa = last_any[d]
             if pa >= 0:
                 prev_any_ts[i] = ts[pa]
@@ -71,7 +88,7 @@ def _links(conn, side, ts, seglen, analysis, frame, data_like, gap_limit, idle_t
                 next_ts[pp] = ts[i]
                 next_seglen[pp] = seglen[i]
                 next_analysis[pp] = analysis[i]
-                next_held[pp] = pc == pp
+                next_held[pp] = 1 if pc == pp else 0
             last_pay[d] = i
             last_pay_c[c] = i
             g = gap_limit[i]
@@ -82,34 +99,29 @@ def _links(conn, side, ts, seglen, analysis, frame, data_like, gap_limit, idle_t
                     cur_tr[d] = i
                 tr[i] = cur_tr[d]
                 prev_tr[i] = before_tr[d]
-    return (prev_any_ts, prev_any_frame, prev_pay_ts, prev_pay_frame, next_frame, next_ts, next_seglen,
-            next_analysis, next_held, tr, prev_tr), idle
-
-
-LINK_COLUMNS = ("prev_any_ts", "prev_any_frame", "prev_pay_ts", "prev_pay_frame", "next_frame", "next_ts",
-                "next_seglen", "next_analysis", "next_held", "tr", "prev_tr")
+    return out, idle
 
 
 def linked(s: pl.DataFrame, info: pl.DataFrame, p, res: float) -> tuple[pl.DataFrame, pl.DataFrame]:
     """s with the LINK_COLUMNS (null where there is none) and info with ``active_ns``."""
     data_like = (pl.col("seglen") > 0) | ((pl.col("tcp_flags") & (SYN | FIN)) != 0)
-    gap_limit = (pl.col("rtt") * 2 + p.resume_slack_ns + res).fill_null(float("nan"))
-    arrays = s.select(pl.col("conn").cast(pl.Int64), pl.col("from_client").cast(pl.Int64),
-                      pl.col("ts_ns").cast(pl.Int64), "seglen", "analysis", pl.col("frame").cast(pl.Int64),
-                      data_like.alias("dl"), gap_limit.alias("gl"))
-    n_conn = int(max(arrays["conn"].max(), info["conn"].max())) + 1
+    gap_limit = (pl.col("rtt") * p.transfer_gap_rtts + p.resume_slack_ns + res).fill_null(float("nan"))
+    rows = [None] * SEG_ROWS
+    rows[SEG_CONN], rows[SEG_SIDE], rows[SEG_TS] = pl.col("conn"), pl.col("from_client"), pl.col("ts_ns")
+    rows[SEG_SEGLEN], rows[SEG_ANALYSIS] = pl.col("seglen").fill_null(0), pl.col("analysis").fill_null(0)
+    rows[SEG_FRAME], rows[SEG_DATA_LIKE] = pl.col("frame"), data_like
+    arrays = s.select([e.cast(pl.Int64).alias(f"_{k}") for k, e in enumerate(rows)])
+    seg = np.ascontiguousarray(arrays.to_numpy(order="fortran").T)  # a view when Polars hands out Fortran order
+    n_conn = int(max(arrays["_0"].max(), info["conn"].max())) + 1
     idle_thr = np.full(n_conn, float(p.idle_min_ns))
     known = info.filter(pl.col("rtt").is_not_null())
     idle_thr[known["conn"].to_numpy().astype(np.int64)] += known["rtt"].to_numpy()
     blocked_bits = an.ANY_RETRANSMISSION | an.ZERO_WINDOW_PROBE | an.WINDOW_UPDATE | an.ZERO_WINDOW \
         | an.ZERO_WINDOW_PROBE_ACK
-    cols, idle = _links(
-        arrays["conn"].to_numpy(), arrays["from_client"].to_numpy(), arrays["ts_ns"].to_numpy(),
-        arrays["seglen"].to_numpy(), arrays["analysis"].to_numpy(), arrays["frame"].to_numpy(),
-        arrays["dl"].to_numpy(), arrays["gl"].to_numpy(), idle_thr, an.ZERO_WINDOW, blocked_bits, n_conn)
+    cols, idle = _links(seg, s.select(gap_limit)[:, 0].to_numpy(), idle_thr, an.ZERO_WINDOW, blocked_bits, n_conn)
     series = []
     for name, a in zip(LINK_COLUMNS, cols):
-        ser = pl.Series(name, a)
+        ser = pl.Series(name, a.astype(np.bool_) if name == "next_held" else a)
         if name not in ("next_analysis", "next_held"):
             ser = ser.set(ser == -1, None) if (a == -1).any() else ser
         series.append(ser)
@@ -160,7 +172,7 @@ def rto(s: pl.DataFrame, p, res: float) -> pl.DataFrame:
                & (pl.col("cls") == pl.col("cls").shift(1)))
     r = r.with_columns((~chained.fill_null(False)).cum_sum().alias("ep"))
     # the first transmission of the retransmitted bytes: the original segment holding seq_rel
-    key = pl.col("dk") * (1 << 33) + pl.col("seq_rel")
+    key = pl.col("dk") * SEQ_SPAN + pl.col("seq_rel")
     orig = _rows(s, pl.col("data_like") & ((pl.col("analysis") & (an.ANY_RETRANSMISSION | an.OUT_OF_ORDER)) == 0)
                  & pl.col("dk").is_in(r["dk"].unique().implode()),
         key.alias("key"), pl.col("ts_ns").alias("orig_ts"), pl.col("frame").alias("orig_frame"),
@@ -295,7 +307,7 @@ def delayed_ack(s: pl.DataFrame, p, res: float) -> pl.DataFrame:
                  & pl.col("next_frame").is_not_null()
                  & (pl.col("next_ts") >= pl.col("ack_ts"))
                  & ((pl.col("next_ts") - pl.col("ack_ts")) <= pl.col(RESUME))
-                 & (pl.col("next_seglen") < pl.col("peer_mss") - 40)
+                 & (pl.col("next_seglen") < pl.col("peer_mss") - p.small_segment_margin)
                  & ((pl.col("next_analysis") & (an.ANY_RETRANSMISSION | an.OUT_OF_ORDER)) == 0)
                  # nothing from the peer but that ACK between S and N: N was held, not a new request
                  & pl.col("next_held"))
@@ -365,7 +377,7 @@ def zero_window(s: pl.DataFrame, p, res: float) -> pl.DataFrame:
     return eps.select(
         "conn", pl.col("sender").alias("from_client"), pl.lit("zero_window").alias("kind"), "start_ns", "end_ns",
         pl.col("closed_ns").cast(pl.Float64).alias("stall_ns"), "threshold_ns",
-        pl.concat_list(pl.col("zw_frame").cast(pl.UInt32), pl.col("probe_frames").list.head(10),
+        pl.concat_list(pl.col("zw_frame").cast(pl.UInt32), pl.col("probe_frames").list.head(ZERO_WINDOW_PROBE_EVIDENCE),
                        pl.col("open_frame").cast(pl.UInt32), pl.col("next_frame").cast(pl.UInt32))
         .list.drop_nulls().alias("frames"),
         pl.col("probe_frames").list.len().alias("probes"), pl.col("open_ts").is_null().alias("never_reopened"),
@@ -414,8 +426,8 @@ def bursts(s: pl.DataFrame, p, res: float) -> pl.DataFrame:
     """Slow start after idle and transfers finished in slow start, from per-RTT-round flight.
 
     A transfer (``tr``, from _links) is a run of one side's payload with no payload from the peer in
-    between and no silence longer than ``2 x RTT + resume_slack_ns`` (slow start sends every round
-    trip). Its rounds are RTT-long slots from its first segment; the first round is its first
+    between and no silence longer than ``transfer_gap_rtts x RTT + resume_slack_ns`` (slow start sends
+    every round trip). Its rounds are RTT-long slots from its first segment; the first round is its first
     ``first_round_rtts`` RTT."""
     new_data = (pl.col("analysis") & (an.ANY_RETRANSMISSION | an.OUT_OF_ORDER)) == 0
     x = _rows(s, pl.col("tr").is_not_null() & new_data, "tr", "frame", "ts_ns", "seglen", "rtt")
@@ -445,9 +457,9 @@ def bursts(s: pl.DataFrame, p, res: float) -> pl.DataFrame:
         pl.len().alias("nonempty_rounds"),
         # growing: every complete round (all but the last) at least 1.5x the one before
         ((pl.col("round") < pl.col("last_round")) & pl.col("prev_rb").is_not_null()
-         & (pl.col("rb") < 1.5 * pl.col("prev_rb"))).any().alias("stalled_growth"),
+         & (pl.col("rb") < p.round_growth * pl.col("prev_rb"))).any().alias("stalled_growth"),
         (pl.col("rb").filter(pl.col("round") == 1).first()
-         >= 1.5 * pl.col("rb").filter(pl.col("round") == 0).first()).alias("second_round_grew"),
+         >= p.round_growth * pl.col("rb").filter(pl.col("round") == 0).first()).alias("second_round_grew"),
     ).join(xm.filter((pl.col("ts_ns") - pl.col("t0")) < pl.col("rtt") * p.first_round_rtts)
            .group_by("tr").agg(pl.col("seglen").sum().alias("first")), on="tr", how="left")
     b = t.join(rstat, on="tr", how="left").with_columns(
@@ -457,7 +469,7 @@ def bursts(s: pl.DataFrame, p, res: float) -> pl.DataFrame:
                how="left").with_columns(
         pl.col("peak").max().over("conn", "from_client").alias("best_peak"),
         (pl.col("last_round") + 1).alias("rounds"))
-    b = b.filter(pl.col("rounds") >= 2)
+    b = b.filter(pl.col("rounds") >= MIN_SLOW_START_ROUNDS)
     if b.height == 0:
         return pl.DataFrame()
     mss = pl.col("peer_mss").cast(pl.Float64)
@@ -465,15 +477,16 @@ def bursts(s: pl.DataFrame, p, res: float) -> pl.DataFrame:
     idle_thr = pl.lit(float(p.idle_min_ns)) + pl.col("rtt")
     ssi = ((pl.col("idle_ns") >= idle_thr)
            & (pl.col("first") <= pl.col("prev_peak") * p.restart_ratio)
-           & (pl.col("first") <= iw_cap) & (pl.col("first") >= mss * 0.5)
-           & (pl.col("bytes") >= 2 * pl.col("first"))
+           & (pl.col("first") <= iw_cap) & (pl.col("first") >= mss * p.ssi_min_first_segments)
+           & (pl.col("bytes") >= p.transfer_growth * pl.col("first"))
            & pl.col("second_round_grew")).fill_null(False)
     ideal = ((pl.col("bytes") / pl.col("prev_peak")) - 1).clip(lower_bound=0) * pl.col("rtt")
     regrow = (pl.col("prev_peak") / pl.col("first")).log(2).ceil() * pl.col("rtt")
     ssi_lost = pl.min_horizontal((pl.col("t1") - pl.col("t0") - ideal).clip(lower_bound=0), regrow)
     sis = (~ssi & (pl.col("nonempty_rounds") >= p.sis_min_rounds) & ~pl.col("stalled_growth").fill_null(True)
-           & (pl.col("first") <= iw_cap) & (pl.col("first") >= 2 * mss)
-           & (pl.col("peak_round") >= pl.col("last_round") - 1) & (pl.col("bytes") >= 2 * pl.col("first")))
+           & (pl.col("first") <= iw_cap) & (pl.col("first") >= p.sis_min_first_segments * mss)
+           & (pl.col("peak_round") >= pl.col("last_round") - 1)
+           & (pl.col("bytes") >= p.transfer_growth * pl.col("first")))
     needed = (pl.col("bytes") / pl.col("best_peak")).ceil().clip(lower_bound=1)
     sis_lost = pl.min_horizontal(((pl.col("rounds") - needed) * pl.col("rtt")).clip(lower_bound=0),
                                  (pl.col("t1") - pl.col("t0")).cast(pl.Float64))

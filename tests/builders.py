@@ -1,4 +1,5 @@
-"""Byte-exact builders for capture files and packet headers, for fixtures that state every byte.
+"""Byte-exact builders for capture files, packet headers and protocol messages (BER, Kerberos, DNS),
+for fixtures that state every byte.
 
 Only ``struct``: each function is a transcription of its spec's layout, so a fixture reads as the
 spec does. Checksums are left zero (herdscope does not validate them, like Wireshark's default).
@@ -202,3 +203,176 @@ def handshake(t0=0, rtt=20_000, client_opts=b"", server_opts=b""):
         {"t": t0 + rtt // 2, "from_client": False, "flags": 0x12, "options": server_opts},
         {"t": t0 + rtt, "from_client": True, "flags": 0x10},
     ]
+
+
+
+def data_step(t, from_client, payload=b"x" * 100, **kw):
+    """A tcp_conversation step: ``payload`` with PSH/ACK at ``t`` (ns)."""
+    return {"t": t, "from_client": from_client, "data": payload, "flags": 0x18, **kw}
+
+
+def ack_step(t, from_client, **kw):
+    """A tcp_conversation step: a bare ACK at ``t`` (ns)."""
+    return {"t": t, "from_client": from_client, "flags": 0x10, **kw}
+
+
+# --- BER / DER (X.690) ----------------------------------------------------------------------------
+
+def length_octets(n: int) -> bytes:
+    """X.690 §8.1.3 definite length, minimal form."""
+    if n < 0x80:
+        return bytes([n])
+    body = n.to_bytes((n.bit_length() + 7) // 8, "big")
+    return bytes([0x80 | len(body)]) + body
+
+
+def tlv(tag: int | bytes, *parts: bytes) -> bytes:
+    """One TLV: ``tag`` is an identifier octet (0x30) or the identifier bytes; parts are joined."""
+    ident = bytes([tag]) if isinstance(tag, int) else tag
+    content = b"".join(parts)
+    return ident + length_octets(len(content)) + content
+
+
+def integer(v: int, tag: int = 0x02) -> bytes:
+    n = max(1, (v.bit_length() + 8) // 8)
+    return tlv(tag, v.to_bytes(n, "big", signed=True))
+
+
+def octets(b: bytes | str, tag: int = 0x04) -> bytes:
+    return tlv(tag, b.encode() if isinstance(b, str) else b)
+
+
+def seq(*parts: bytes) -> bytes:
+    return tlv(0x30, *parts)
+
+
+def ctx(n: int, *parts: bytes, constructed: bool = True) -> bytes:
+    return tlv((0xA0 if constructed else 0x80) | n, *parts)
+
+
+# --- Kerberos messages (RFC 4120 §5, DER) ---------------------------------------------------------
+
+def kstr(s: str | bytes) -> bytes:
+    return octets(s, tag=0x1B)  # KerberosString ::= GeneralString
+
+
+def principal(name_type: int, *parts: str | bytes) -> bytes:
+    return seq(ctx(0, integer(name_type)), ctx(1, seq(*[kstr(p) for p in parts])))
+
+
+def ktime(t: str) -> bytes:
+    return octets(t, tag=0x18)
+
+
+def enc_data(etype: int, kvno: int | None = None, cipher: bytes = b"\x01\x02\x03") -> bytes:
+    return seq(ctx(0, integer(etype)), *([ctx(1, integer(kvno))] if kvno is not None else []),
+               ctx(2, octets(cipher)))
+
+
+def pa(ptype: int, value: bytes = b"") -> bytes:
+    return seq(ctx(1, integer(ptype)), ctx(2, octets(value)))
+
+
+def ticket(realm: str, sname: tuple, etype: int = 18, kvno: int = 2) -> bytes:
+    return tlv(0x61, seq(ctx(0, integer(5)), ctx(1, kstr(realm)), ctx(2, principal(2, *sname)),
+                         ctx(3, enc_data(etype, kvno, b"T" * 16))))
+
+
+def ap_req(tkt: bytes, auth_etype: int = 18) -> bytes:
+    return tlv(0x6E, seq(ctx(0, integer(5)), ctx(1, integer(14)), ctx(2, tlv(0x03, b"\x00\x00\x00\x00\x00")),
+                         ctx(3, tkt), ctx(4, enc_data(auth_etype, None, b"A" * 8))))
+
+
+def kdc_req(app: int = 10, *, padata=(), cname=("alice",), realm="EXAMPLE.COM", sname=("krbtgt", "EXAMPLE.COM"),
+            nonce=12345, etypes=(18, 17, 23), options=b"\x00\x40\x81\x00\x10", till="20370913024805Z",
+            msg_type=None) -> bytes:
+    body = [ctx(0, tlv(0x03, options))]
+    if cname is not None:
+        body.append(ctx(1, principal(1, *cname)))
+    body.append(ctx(2, kstr(realm)))
+    if sname is not None:
+        body.append(ctx(3, principal(2, *sname)))
+    body += [ctx(5, ktime(till)), ctx(7, integer(nonce)), ctx(8, seq(*[integer(e) for e in etypes]))]
+    parts = [ctx(1, integer(5)), ctx(2, integer(app if msg_type is None else msg_type))]
+    if padata:
+        parts.append(ctx(3, seq(*padata)))
+    parts.append(ctx(4, seq(*body)))
+    return tlv(0x60 | app, seq(*parts))
+
+
+def kdc_rep(app: int = 11, *, crealm="EXAMPLE.COM", cname=("alice",), tkt=None, enc_etype=18, enc_kvno=3,
+            padata=()) -> bytes:
+    tkt = tkt if tkt is not None else ticket("EXAMPLE.COM", ("krbtgt", "EXAMPLE.COM"))
+    parts = [ctx(0, integer(5)), ctx(1, integer(app))]
+    if padata:
+        parts.append(ctx(2, seq(*padata)))
+    parts += [ctx(3, kstr(crealm)), ctx(4, principal(1, *cname)), ctx(5, tkt), ctx(6, enc_data(enc_etype, enc_kvno))]
+    return tlv(0x60 | app, seq(*parts))
+
+
+def krb_error(code: int = 25, *, e_text=None, e_data=None, cname=("alice",), crealm="EXAMPLE.COM",
+              realm="EXAMPLE.COM", sname=("krbtgt", "EXAMPLE.COM"), stime="20150119225409Z", susec=334091,
+              ctime=None, cusec=None) -> bytes:
+    parts = [ctx(0, integer(5)), ctx(1, integer(30))]
+    if ctime:
+        parts.append(ctx(2, ktime(ctime)))
+    if cusec is not None:
+        parts.append(ctx(3, integer(cusec)))
+    parts += [ctx(4, ktime(stime)), ctx(5, integer(susec)), ctx(6, integer(code))]
+    if crealm:
+        parts.append(ctx(7, kstr(crealm)))
+    if cname:
+        parts.append(ctx(8, principal(1, *cname)))
+    parts += [ctx(9, kstr(realm)), ctx(10, principal(2, *sname))]
+    if e_text is not None:
+        parts.append(ctx(11, kstr(e_text)))
+    if e_data is not None:
+        parts.append(ctx(12, octets(e_data)))
+    return tlv(0x7E, seq(*parts))
+
+
+# --- DNS messages (RFC 1035 §4.1) -----------------------------------------------------------------
+
+def dns_name(text: str | bytes) -> bytes:
+    """Uncompressed wire name; '' or '.' is the root."""
+    raw = text.encode() if isinstance(text, str) else text
+    labels = [lab for lab in raw.split(b".") if lab]
+    return b"".join(bytes([len(lab)]) + lab for lab in labels) + b"\0"
+
+
+def dns_header(ident=0x1234, flags=0x0100, qd=1, an=0, ns=0, ar=0) -> bytes:
+    return struct.pack(">HHHHHH", ident, flags, qd, an, ns, ar)
+
+
+def dns_question(qname="example.com", qtype=1, qclass=1) -> bytes:
+    wire = qname if isinstance(qname, bytes) and (qname.endswith(b"\0") or b"\xc0" in qname) else dns_name(qname)
+    return wire + struct.pack(">HH", qtype, qclass)
+
+
+def dns_rr(rtype=1, ttl=300, rdata=b"\x7f\x00\x00\x01", owner=b"\xc0\x0c", rclass=1) -> bytes:
+    return owner + struct.pack(">HHIH", rtype, rclass, ttl, len(rdata)) + rdata
+
+
+def dns_soa(ttl=3600, minimum=900, owner=b"\xc0\x0c") -> bytes:
+    rdata = (dns_name("ns1.example.com") + dns_name("hostmaster.example.com")
+             + struct.pack(">IIIII", 1, 7200, 900, 1209600, minimum))
+    return dns_rr(6, ttl, rdata, owner)
+
+
+def dns_opt(size=1232, ext_rcode=0, version=0, do=False, rdata=b"") -> bytes:
+    ttl = (ext_rcode << 24) | (version << 16) | (0x8000 if do else 0)
+    return b"\0" + struct.pack(">HHIH", 41, size, ttl, len(rdata)) + rdata
+
+
+def dns_query(qname="example.com", qtype=1, ident=0x1234, flags=0x0100, edns=None) -> bytes:
+    extra = dns_opt(edns) if edns else b""
+    return dns_header(ident, flags, 1, 0, 0, 1 if edns else 0) + dns_question(qname, qtype) + extra
+
+
+def dns_response(qname="example.com", qtype=1, ident=0x1234, rcode=0, answers=(), authority=(), additional=(),
+             flags=0x8180) -> bytes:
+    return (dns_header(ident, flags | rcode, 1, len(answers), len(authority), len(additional))
+            + dns_question(qname, qtype) + b"".join(answers) + b"".join(authority) + b"".join(additional))
+
+
+# --- message sets ----------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ def read_capture(tmp_path):
 @pytest.fixture(scope="session")
 def synthetic_capture(tmp_path_factory):
     """``samples/synth.py --packets 200000 --seed 3``, generated once per session (its labels are in
-    ``<path>.labels.json``). For the slow tests that check detectors find the synthetic pathologies."""
+    ``<path>.labels.json``). For the tests that check detectors find the synthetic pathologies (tests/synthetic.py)."""
     import subprocess
     from pathlib import Path
 
@@ -47,10 +47,3 @@ def synthetic_capture(tmp_path_factory):
                     "--out", str(out), "--quiet"], check=True, capture_output=True, timeout=600)
     return out
 
-
-def synthetic_labels(path, detector: str) -> list[dict]:
-    """The labels of one detector in a synthetic capture's label file."""
-    import json
-    from pathlib import Path
-
-    return [x for x in json.loads(Path(str(path) + ".labels.json").read_text()) if x["detector"] == detector]

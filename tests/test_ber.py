@@ -1,88 +1,15 @@
 """The shared BER/DER reader (analyzer.decoders.ber), X.690 edge cases byte by byte.
 
-Also home of the small DER builder and MessageSet builder the Kerberos and LDAP decoder tests use
-(``from test_ber import tlv, message_set``).
+The DER builders are in tests/builders.py, the MessageSet builder in tests/fakes.py.
 """
 from __future__ import annotations
 
 import numpy as np
-import polars as pl
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from analyzer.decoders import ber
-from analyzer.messages import MessageSet, TRANSPORTS
-
-
-# --- builders (shared) --------------------------------------------------------------------------------
-
-def length_octets(n: int) -> bytes:
-    """X.690 §8.1.3 definite length, minimal form."""
-    if n < 0x80:
-        return bytes([n])
-    body = n.to_bytes((n.bit_length() + 7) // 8, "big")
-    return bytes([0x80 | len(body)]) + body
-
-
-def tlv(tag: int | bytes, *parts: bytes) -> bytes:
-    """One TLV: ``tag`` is an identifier octet (0x30) or the identifier bytes; parts are joined."""
-    ident = bytes([tag]) if isinstance(tag, int) else tag
-    content = b"".join(parts)
-    return ident + length_octets(len(content)) + content
-
-
-def integer(v: int, tag: int = 0x02) -> bytes:
-    n = max(1, (v.bit_length() + 8) // 8)
-    return tlv(tag, v.to_bytes(n, "big", signed=True))
-
-
-def octets(b: bytes | str, tag: int = 0x04) -> bytes:
-    return tlv(tag, b.encode() if isinstance(b, str) else b)
-
-
-def seq(*parts: bytes) -> bytes:
-    return tlv(0x30, *parts)
-
-
-def ctx(n: int, *parts: bytes, constructed: bool = True) -> bytes:
-    return tlv((0xA0 if constructed else 0x80) | n, *parts)
-
-
-def message_set(messages, *, transport="udp", flows=None, from_client=None, ts=None, frames=None,
-                wire_lengths=None, sport=50000, dport=88) -> MessageSet:
-    """A MessageSet over byte literals: one message per item, consecutive in one buffer (with a
-    guard byte between them so that reading past a message's end would be noticed)."""
-    n = len(messages)
-    buf = bytearray()
-    offsets = []
-    for m in messages:
-        offsets.append(len(buf))
-        buf += m + b"\xEE"
-    flows = flows if flows is not None else [0] * n
-    from_client = from_client if from_client is not None else [True] * n
-    ts = ts if ts is not None else [1_000_000_000 * (k + 1) for k in range(n)]
-    frames = frames if frames is not None else list(range(1, n + 1))
-    lengths = [len(m) for m in messages]
-    wire = wire_lengths if wire_lengths is not None else lengths
-    fc = list(from_client)
-    frame = pl.DataFrame({
-        "transport": pl.Series([transport] * n, dtype=TRANSPORTS),
-        "flow": pl.Series(flows, dtype=pl.UInt32),
-        "from_client": pl.Series(fc, dtype=pl.Boolean),
-        "src": pl.Series(["10.0.0.1" if c else "10.0.0.2" for c in fc], dtype=pl.String),
-        "dst": pl.Series(["10.0.0.2" if c else "10.0.0.1" for c in fc], dtype=pl.String),
-        "sport": pl.Series([sport if c else dport for c in fc], dtype=pl.UInt16),
-        "dport": pl.Series([dport if c else sport for c in fc], dtype=pl.UInt16),
-        "frame_first": pl.Series(frames, dtype=pl.UInt32),
-        "frame_last": pl.Series(frames, dtype=pl.UInt32),
-        "ts_first_ns": pl.Series(ts, dtype=pl.Int64),
-        "ts_last_ns": pl.Series(ts, dtype=pl.Int64),
-        "offset": pl.Series(offsets, dtype=pl.Int64),
-        "length": pl.Series(lengths, dtype=pl.UInt32),
-        "wire_length": pl.Series(wire, dtype=pl.UInt32),
-        "complete": pl.Series([a == b for a, b in zip(lengths, wire)], dtype=pl.Boolean),
-    })
-    return MessageSet(frame, np.frombuffer(bytes(buf), np.uint8))
+from builders import integer, octets, seq, tlv
 
 
 def _arr(b: bytes) -> np.ndarray:

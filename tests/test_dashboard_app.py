@@ -243,6 +243,17 @@ def test_each_detector_has_its_proof_chart(monkeypatch, case):
         assert not (spec.get("mark", {}) == "text" or spec.get("mark", {}).get("type") == "text"), spec.get("title")
 
 
+def test_a_detector_without_a_proof_chart_shows_its_evidence(monkeypatch):
+    frame = constructed_finding(HERD, "newcomer", "x", 10.6, 10.8, "10.77.0.53", None, "api.corp.example")
+    monkeypatch.setattr(D, "findings", lambda key, cap, overrides="{}": (frame, {}, ["newcomer"]))
+    monkeypatch.setenv("HERDSCOPE_TSHARK", "")
+    at = app(monkeypatch, files=(str(HERD),)).run()
+    assert_clean(at)
+    go(at, "Findings")
+    assert not [w for w in texts(at.warning) if "could not be drawn" in w], texts(at.warning)
+    assert any(t.startswith("Evidence of newcomer") for t in chart_titles(at)), chart_titles(at)
+
+
 # -- clicks, deep links, tshark, failing detectors, parameters -------------------------------------------
 
 def test_timeline_pick_and_deep_link_open_the_finding(monkeypatch):
@@ -391,6 +402,25 @@ def test_parse_overrides():
         "herd.min_clients": "50", "retry_storm.x": "2"}
     with pytest.raises(ValueError):
         D.parse_overrides("min_clients=50")
+
+
+def test_a_bad_override_disables_only_its_own_detector():
+    """The checks are detectors.configure's; the policy (one bad value costs one detector) the page's."""
+    bad = {"herd.min_clients": "many", "nosuch.a": "1", "population.min_members": "1", "toctou.no_such_param": "1"}
+    errors: dict[str, str] = {}
+    good = D.usable_overrides({**bad, "retry_storm.min_retries": "5"}, errors)
+    assert good == {"retry_storm.min_retries": "5"}
+    assert set(errors) == {"herd", "overrides", "population", "toctou"}
+    assert errors["herd"].startswith("bad parameter: herd.min_clients") and "not an integer" in errors["herd"]
+    assert "no detector named nosuch" in errors["overrides"]
+    assert "below the smallest allowed value" in errors["population"]
+    assert "no parameter 'no_such_param'" in errors["toctou"]
+    for key, message in errors.items():  # each message is what detectors.configure says
+        owner = "nosuch" if key == "overrides" else key
+        with pytest.raises(detectors.ParameterError) as exc:
+            detectors.configure(None if owner in ("population", "nosuch") else [owner],
+                                {k: v for k, v in bad.items() if k.startswith(owner + ".")})
+        assert message.removeprefix("bad parameter: ") == str(exc.value)
 
 
 # -- evidence frames, Wireshark lines, dissection ----------------------------------------------------------

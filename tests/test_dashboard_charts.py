@@ -14,8 +14,14 @@ import pytest
 
 from dashboards import charts
 from dashboards.charts.base import MAX_ROWS, nice_bin_ns, thin
-from dashboards.evidence import (break_frames, churn_frames, dns_attempts, herd_frames, stall_frames,
-                                 toctou_frames, transaction_attempts)
+from dashboards.proofs import conn_churn as churn_proof, herd as herd_proof, retry_storm as retry_proof
+from dashboards.proofs import smb_break_queue as break_proof, tcp_stall as stall_proof, toctou as toctou_proof
+from dashboards.proofs.conn_churn import churn_frames
+from dashboards.proofs.herd import herd_frames
+from dashboards.proofs.retry_storm import dns_attempts, transaction_attempts
+from dashboards.proofs.smb_break_queue import break_frames
+from dashboards.proofs.tcp_stall import stall_frames
+from dashboards.proofs.toctou import toctou_frames
 from dashboards.frames import TRANSACTIONS_SCHEMA, srt_table
 from detectors.base import SEVERITIES, findings
 
@@ -162,7 +168,7 @@ def test_herd_chart_rate_window_expiries_and_latency_on_one_axis():
     requests = pl.DataFrame({"t_ns": np.concatenate([background, herd]),
                              "key": ["other.example"] * 200 + ["a.example"] * 60})
     latency = pl.DataFrame({"t_ns": herd, "latency_ns": np.full(60, 2 * MS)})
-    chart = charts.herd_chart(requests, t0_ns=T0, window_ns=(T0 + 10 * S, T0 + 10 * S + 50 * MS),
+    chart = herd_proof.herd_chart(requests, t0_ns=T0, window_ns=(T0 + 10 * S, T0 + 10 * S + 50 * MS),
                               focus_key="a.example", expiries_ns=[T0 + 9 * S, T0 + 9 * S + 200],
                               expiry_window_ns=(-250 * MS, S + 250 * MS),
                               latency=latency, domain_ns=(T0, T0 + 30 * S))
@@ -196,7 +202,7 @@ def test_herd_chart_limits_keys_and_aggregates_latency_and_says_so():
     t = T0 + np.arange(n, dtype=np.int64) * (60 * S // n)
     requests = pl.DataFrame({"t_ns": t, "key": [f"k{i % 40}" for i in range(n)]})
     latency = pl.DataFrame({"t_ns": t, "latency_ns": np.full(n, MS)})
-    chart = charts.herd_chart(requests, t0_ns=T0, window_ns=(T0 + S, T0 + 2 * S), focus_key="k39",
+    chart = herd_proof.herd_chart(requests, t0_ns=T0, window_ns=(T0 + S, T0 + 2 * S), focus_key="k39",
                               latency=latency, max_keys=6, view_ns=(T0, T0 + 60 * S))
     spec = chart.to_dict()
     n_ = notes(chart)
@@ -233,16 +239,35 @@ def attempts_frame(chains: dict[str, list[int]]) -> pl.DataFrame:
 @pytest.mark.parametrize("times,kind", [
     ([0, 250 * MS, 500 * MS, 750 * MS, S], "fixed"),
     ([0, 200 * MS, 600 * MS, 1400 * MS, 3000 * MS], "exponential"),
+    ([0, S, 3 * S, 6 * S, 10 * S], "linear"),  # 1, 2, 3, 4 s gaps
     ([0, 100 * MS], "single retry"),
     ([0], "no retries"),
 ])
-def test_classify_backoff(times, kind):
-    assert charts.classify_backoff(attempts_frame({"c1/x": times, "c2/x": times}))[0] == kind
+def test_backoff_class(times, kind):
+    assert retry_proof.backoff_of(attempts_frame({"c1/x": times, "c2/x": times}))[0] == kind
+
+
+@pytest.mark.parametrize("gaps_s", [(1, 2, 3, 4), (1, 1, 1, 1), (1, 2, 4, 8), (4, 3, 2, 1), (1, 2.1, 2.9, 4.2)])
+def test_chart_and_detector_agree_on_the_backoff(gaps_s):
+    """The chart's backoff class is the retry_storm detector's (one copy: for 1, 2, 3, 4 s gaps both say
+    linear), with the finding's parameters when it ran with others."""
+    import detectors.retry_storm as rs
+
+    times = np.concatenate([[0], np.cumsum(np.array(gaps_s) * S)]).astype(np.int64).tolist()
+    att = attempts_frame({"c1/x": times, "c2/x": [t + 7 * MS for t in times]})
+    intervals = [np.diff(np.array(times, dtype=np.float64))] * 2
+    expected, _ = rs.classify_backoff(intervals, rs.Params())
+    assert retry_proof.backoff_of(att)[0] == expected
+    assert "backoff: " + expected in retry_proof.retry_intervals(att).to_dict()["title"]["text"]
+    if gaps_s == (1, 2, 3, 4):
+        assert expected == "linear"
+    strict = dataclasses.replace(rs.Params(), growth_ratio=3.0, linear_step=0.9)  # what a finding may carry
+    assert retry_proof.backoff_of(att, strict)[0] == rs.classify_backoff(intervals, strict)[0]
 
 
 def test_retry_ladder_row_per_client_mark_per_attempt():
     att = attempts_frame({"10.0.1.1/a": [0, 250 * MS, 500 * MS], "10.0.1.2/a": [10 * MS]})
-    spec = charts.retry_ladder(att, t0_ns=T0, window_ns=(T0, T0 + S)).to_dict()
+    spec = retry_proof.retry_ladder(att, t0_ns=T0, window_ns=(T0, T0 + S)).to_dict()
     point = next(u for u in units(spec) if mark_type(u) == "point")
     assert point["encoding"]["y"]["field"] == "client" and point["encoding"]["y"]["type"] == "nominal"
     assert point["encoding"]["x"]["field"] == "t_s"
@@ -252,7 +277,7 @@ def test_retry_ladder_row_per_client_mark_per_attempt():
 
 def test_retry_ladder_samples_clients_and_attempts_and_says_so():
     chains = {f"10.0.{c // 250}.{c % 250}/a": [k * 25 * MS for k in range(100)] for c in range(200)}
-    chart = charts.retry_ladder(attempts_frame(chains), t0_ns=T0, max_clients=60)
+    chart = retry_proof.retry_ladder(attempts_frame(chains), t0_ns=T0, max_clients=60)
     spec = chart.to_dict()
     n = notes(chart)
     assert any(x.startswith("sampled: the 60 clients with most attempts of 200") for x in n)
@@ -262,11 +287,11 @@ def test_retry_ladder_samples_clients_and_attempts_and_says_so():
 
 def test_retry_intervals_histogram_and_amplification():
     att = attempts_frame({f"c{k}/a": [k * MS + i * 250 * MS for i in range(5)] for k in range(10)})
-    hist = charts.retry_intervals(att).to_dict()
+    hist = retry_proof.retry_intervals(att).to_dict()
     assert "backoff: fixed" in hist["title"]["text"] and "250 ms" in hist["title"]["text"]
     (bar,) = [u for u in units(hist) if mark_type(u) == "bar"]
     assert sum(r["intervals"] for r in unit_data(hist, bar)) == 40
-    amp = charts.amplification_chart(att, t0_ns=T0).to_dict()
+    amp = retry_proof.amplification_chart(att, t0_ns=T0).to_dict()
     assert "5.00 attempts per request" in amp["title"]["text"]
     line = next(u for u in units(amp) if mark_type(u) == "line")
     assert {r["what"] for r in unit_data(amp, line)} == {"all attempts", "first tries"}
@@ -303,7 +328,7 @@ def test_break_queue_bars_and_queue_depth_step():
     waiters = pl.DataFrame({"t_ns": [T0 + S + k * 100 * MS for k in range(4)], "end_ns": [T0 + 4 * S + MS] * 4,
                             "client": [f"10.0.4.{k + 2}" for k in range(4)], "operation": ["CREATE"] * 4,
                             "frame": [11, 12, 13, 14]})
-    chart = charts.break_queue_chart(breaks, waiters, t0_ns=T0, window_ns=(T0 + S, T0 + 4 * S))
+    chart = break_proof.break_queue_chart(breaks, waiters, t0_ns=T0, window_ns=(T0 + S, T0 + 4 * S))
     spec = chart.to_dict()
     top, bottom = spec["vconcat"]
     bar = next(u for u in units(top) if mark_type(u) == "bar")
@@ -349,7 +374,7 @@ def segments_frame(n_data: int, retx_every: int = 0) -> pl.DataFrame:
 def test_stevens_graph_layers():
     seg = segments_frame(50, retx_every=10)
     stalls = pl.DataFrame({"start_ns": [T0 + 20 * MS], "end_ns": [T0 + 30 * MS], "label": ["rto 10.0 ms"]})
-    spec = charts.stevens_chart(seg, t0_ns=T0, stalls=stalls).to_dict()
+    spec = stall_proof.stevens_chart(seg, t0_ns=T0, stalls=stalls).to_dict()
     top, bottom = spec["vconcat"]
     kinds = [mark_type(u) for u in units(top)]
     assert kinds.count("rect") == 1 and "text" in kinds and "line" in kinds and "point" in kinds
@@ -367,7 +392,7 @@ def test_stevens_graph_layers():
 
 def test_stevens_graph_thins_long_connections_keeps_retransmissions_and_says_so():
     seg = segments_frame(30_000, retx_every=500)
-    chart = charts.stevens_chart(seg, t0_ns=T0)
+    chart = stall_proof.stevens_chart(seg, t0_ns=T0)
     spec = chart.to_dict()
     assert max(dataset_rows(spec)) <= MAX_ROWS
     n = notes(chart)
@@ -403,7 +428,7 @@ def test_toctou_windows_and_interleaved_change():
     win = {r["client"]: r for r in got["windows"].iter_rows(named=True)}
     assert win["A"]["interleaved"] and not win["B"]["interleaved"]  # B wrote inside A's window, not the other way
     assert got["ops"].filter(pl.col("interleaved"))["frame"].to_list() == [3]
-    chart = charts.toctou_chart(got["ops"], got["windows"], t0_ns=T0, resource="a.example",
+    chart = toctou_proof.toctou_chart(got["ops"], got["windows"], t0_ns=T0, resource="a.example",
                                 domain_ns=got["domain_ns"])
     spec = chart.to_dict()
     kinds = marks(spec)
@@ -445,10 +470,10 @@ def test_churn_rate_and_lifetime_split():
     got = churn_frames(conns, tx, {"server": "10.0.0.89:389", "client": "10.0.3.1"})
     lt = got["lifetimes"].sort("conn").row(0, named=True)
     assert (lt["handshake_ns"], lt["setup_ns"], lt["work_ns"], lt["close_ns"]) == (MS // 10, MS - MS // 10, MS, 2 * MS)
-    spec = charts.lifetime_chart(got["lifetimes"]).to_dict()
+    spec = churn_proof.lifetime_chart(got["lifetimes"]).to_dict()
     (bar,) = units(spec)
     assert bar["encoding"]["y"]["stack"] == "zero" and bar["encoding"]["color"]["field"] == "phase"
-    rate = charts.churn_rate_chart(got["conns"], t0_ns=T0).to_dict()
+    rate = churn_proof.churn_rate_chart(got["conns"], t0_ns=T0).to_dict()
     assert "2 connections" in rate["title"]["text"]
 
 
@@ -495,7 +520,7 @@ def test_every_chart_stays_valid_vega_lite():
     """to_dict() validates against the Vega-Lite schema; a layer child must not carry top-level keys."""
     f = make_findings([{"start_ns": T0, "end_ns": T0 + S}])
     for chart in (charts.findings_timeline(f, t0_ns=T0, t1_ns=T0 + S),
-                  charts.stevens_chart(segments_frame(10), t0_ns=T0)):
+                  stall_proof.stevens_chart(segments_frame(10), t0_ns=T0)):
         assert isinstance(chart.to_dict(validate=True), dict)
         assert isinstance(chart, (alt.Chart, alt.LayerChart, alt.VConcatChart))
 
@@ -521,7 +546,7 @@ def time_domains(spec: dict) -> list[list[float]]:
 def sample_proofs():
     """(sample, finding, t0, t1, zoomed charts, whole-capture charts) for every finding of PROOF_SAMPLES."""
     from analyzer import open_capture
-    from dashboards.evidence import proof_charts
+    from dashboards.proofs import proof_charts
     from dashboards.frames import all_transactions, time_origin
     from detectors import run
 

@@ -1,17 +1,17 @@
 """conn_churn on tiny constructed connections / transactions frames (FakeCapture; each kind fires,
 near-misses stay quiet), on a scripted pcap for the TCP-only count, and on the labelled churn of the
-synthetic benchmark capture (slow)."""
+synthetic benchmark capture."""
 import json
 from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import synthetic_labels
 
 from builders import handshake, tcp_conversation
 from detectors import conn_churn
 from detectors.base import FINDINGS_SCHEMA
 from fakes import FakeCapture
+from synthetic import synthetic_labels
 from tshark_ref import corpus_files
 
 US, MS, S = 1_000, 1_000_000, 1_000_000_000
@@ -266,7 +266,6 @@ def test_never_raises_on_the_corpus():
         assert f.schema == FINDINGS_SCHEMA, row["file"]
 
 
-@pytest.mark.slow
 def test_synthetic_capture_labelled_churn_is_found(synthetic_capture):
     from analyzer import open_capture
 

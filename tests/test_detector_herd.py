@@ -4,38 +4,13 @@ import pytest
 
 from detectors import herd, run
 from detectors.base import FINDINGS_SCHEMA
-from fakes import FakeCapture
+from fakes import FakeCapture, transaction_frame as tx
+from synthetic import label_found, synthetic_findings
 
 S = 1_000_000_000
 MS = 1_000_000
 T0 = 1_700_000_000 * S  # a whole second
 LOW = herd.Params(min_clients=5, medium_clients=8, high_impact=30, critical_impact=300)
-
-
-def tx(rows: list[dict], protocol: str = "dns", **extra_cols) -> pl.DataFrame:
-    """A transaction frame with the TRANSACTION_COMMON columns from a few dict rows (defaults filled)."""
-    out = []
-    for k, r in enumerate(rows):
-        req = r["t"]
-        lat = r.get("lat", 100_000)
-        answered = r.get("answered", True)
-        row = {
-            "protocol": protocol, "transport": r.get("transport", "udp"), "flow": r.get("flow", k),
-            "client": r["client"], "client_port": r.get("port", 40000 + k), "server": r.get("server", "10.0.0.53"),
-            "server_port": r.get("server_port", 53), "operation": r.get("op", "A"),
-            "resource": r.get("name", "api.corp.example"), "request_frame": r.get("frame", k + 1),
-            "response_frame": (r.get("frame", k + 1) + 100000) if answered else None,
-            "request_ts_ns": req, "response_ts_ns": req + lat if answered else None,
-            "latency_ns": lat if answered else None, "status": r.get("status", "NOERROR" if answered else None),
-            "is_error": r.get("is_error", False) if answered else None, "answered": answered,
-        }
-        for c, default in extra_cols.items():
-            row[c] = r.get(c, default)
-        out.append(row)
-    return pl.DataFrame(out, schema_overrides={"client_port": pl.UInt16, "server_port": pl.UInt16,
-                                               "request_frame": pl.UInt32, "response_frame": pl.UInt32,
-                                               "request_ts_ns": pl.Int64, "response_ts_ns": pl.Int64,
-                                               "latency_ns": pl.Int64})
 
 
 def dns(rows):
@@ -207,34 +182,8 @@ def test_nothing_to_do():
     assert run(c, only=["herd"], overrides={"herd.min_clients": 8}).height == 1
 
 
-# -- the synthetic capture's labels (slow: generates a 200k-packet capture) ---------------------------
+# -- the synthetic capture's labels (tests/conftest.py generates it once per session) ----------------
 
-_SYNTH: dict = {}
-
-
-def synthetic_findings(capture_path, detectors=("herd", "retry_storm")):
-    """Run the detectors once per session on the synthetic capture: (findings, labels, frame names)."""
-    import json
-    from pathlib import Path
-
-    from analyzer import open_capture
-
-    if "out" not in _SYNTH:
-        with open_capture(capture_path) as cap:
-            names = set(cap.frame_names())
-            _SYNTH["out"] = (run(cap, only=list(detectors)),
-                             json.loads(Path(str(capture_path) + ".labels.json").read_text()), names)
-    return _SYNTH["out"]
-
-
-def label_found(findings: pl.DataFrame, label: dict) -> pl.DataFrame:
-    return findings.filter((pl.col("detector") == label["detector"]) & (pl.col("server") == label["server"])
-                           & ((pl.col("start_ns") - label["start_ns"]).abs() <= 2 * S)
-                           & pl.col("resource").str.contains(label["resource"], literal=True)
-                           & (pl.col("severity").to_physical() >= 2))
-
-
-@pytest.mark.slow
 def test_synthetic_herd_labels_are_found(synthetic_capture):
     findings, labels, frames = synthetic_findings(synthetic_capture)
     checked = 0

@@ -3,13 +3,12 @@ import random
 
 import numpy as np
 import polars as pl
-import pytest
 
 from detectors import retry_storm as rs
 from detectors import run
 from detectors.base import FINDINGS_SCHEMA
-from fakes import FakeCapture
-from test_detector_herd import tx
+from fakes import FakeCapture, transaction_frame as tx
+from synthetic import label_found, synthetic_findings
 
 S = 1_000_000_000
 MS = 1_000_000
@@ -292,9 +291,7 @@ def test_nothing_to_do_and_registry():
     assert run(c, only=["retry_storm"], overrides={"retry_storm.min_retries": 4}).height == 0
 
 
-@pytest.mark.slow
 def test_synthetic_retry_storm_label_is_found(synthetic_capture):
-    from test_detector_herd import label_found, synthetic_findings
     findings, labels, frames = synthetic_findings(synthetic_capture)
     storms = [lb for lb in labels if lb["detector"] == "retry_storm"]
     assert storms

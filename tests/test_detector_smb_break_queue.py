@@ -1,87 +1,21 @@
 """smb_break_queue on tiny constructed smb2_breaks / smb2_transactions frames (Zeek's policy-test
 habit: a few rows, lowered thresholds where it helps, an expected finding or none), plus the
-synthetic capture's labelled break queue (slow)."""
+synthetic capture's labelled break queue."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import synthetic_labels
 
-from analyzer.decoders.smb2_pairing import BREAK_COLUMNS, TRANSACTION_COLUMNS
-from analyzer.schema import polars_type
 from detectors import smb_break_queue as bq
 from detectors.base import FINDINGS_SCHEMA
-from fakes import FakeCapture
+from fakes import (T0, FakeCapture, SMB2_FILE as FILE, SMB2_SERVER as SRV, SMB2_SHARE as SHARE,
+                   columns_frame as frame, smb2_break as brk, smb2_capture as capture, smb2_tx as tx)
+from synthetic import synthetic_labels
 
 MS = 1_000_000
 S = 1_000_000_000
-T0 = 1_700_000_000 * S
-SRV = "10.0.0.45"
-SHARE = "\\\\10.0.0.45\\data"
-FILE = SHARE + "\\report.xlsx"
-
-
-def frame(columns, rows: list[dict]) -> pl.DataFrame:
-    schema = {c.name: polars_type(c) for c in columns}
-    return pl.DataFrame([{k: r.get(k) for k in schema} for r in rows], schema=schema)
-
-
-def tx(client, port, flow, op, t_req, t_resp=None, *, frame_no, path=FILE, interim=None, status="STATUS_SUCCESS",
-       fid=(1, 1), lease_key=None, resp_frame=None, **extra):
-    answered = t_resp is not None
-    return dict(protocol="smb2", transport="tcp", flow=flow, client=client, client_port=port, server=SRV,
-                server_port=445, operation=op, resource=path, request_frame=frame_no,
-                response_frame=resp_frame or (frame_no + 1 if answered else None), request_ts_ns=T0 + t_req,
-                response_ts_ns=T0 + t_resp if answered else None,
-                latency_ns=(t_resp - t_req) if answered else None, status=status if answered else None,
-                is_error=False, answered=answered, share=SHARE if path else None, path=path,
-                fid_persistent=fid[0], fid_volatile=fid[1], interim_frame=interim,
-                interim_ts_ns=T0 + t_req + 50_000 if interim else None, pending_by_design=False,
-                expects_response=True, lease_key=lease_key, chain_index=0, **extra)
-
-
-def brk(t, *, frame_no=10, ack=None, kind="oplock", old="batch", new="level2", ack_required=True, flow=0,
-        client="10.0.1.1", port=50001, trigger=None, fid=(7, 7), lease_key=None, path=FILE):
-    row = dict(flow=flow, client=client, client_port=port, server=SRV, server_port=445, frame=frame_no,
-               ts_ns=T0 + t, kind=kind, fid_persistent=fid[0] if kind == "oplock" else None,
-               fid_volatile=fid[1] if kind == "oplock" else None, lease_key=lease_key, old_state=old,
-               new_state=new, ack_required=ack_required, share=SHARE, path=path, owner_flow=flow, owner_frame=3)
-    if ack is not None:
-        row.update(ack_frame=frame_no + 50, ack_ts_ns=T0 + ack, ack_latency_ns=ack - t, ack_state=new,
-                   ack_response_frame=frame_no + 51, ack_response_ts_ns=T0 + ack + 100_000,
-                   ack_response_status="STATUS_SUCCESS")
-    if trigger is not None:
-        row.update(trigger_frame=trigger["request_frame"], trigger_flow=trigger["flow"],
-                   trigger_client=trigger["client"], trigger_operation=trigger["operation"],
-                   trigger_path=trigger["path"], trigger_status=trigger["status"],
-                   trigger_response_frame=trigger["response_frame"], trigger_wait_ns=trigger["latency_ns"],
-                   trigger_match="blocked" if trigger["answered"] is False or
-                   (ack is not None and trigger["response_ts_ns"] >= T0 + ack) else "preceding")
-    return row
-
-
-def conns(rtt_ns=20_000, flows=8, client_packets=10):
-    return pl.DataFrame({"conn": list(range(flows)), "handshake_rtt_ns": [rtt_ns] * flows,
-                         "rtt_client_server_ns": [rtt_ns // 2] * flows, "rtt_server_client_ns": [rtt_ns // 2] * flows,
-                         "client_packets": [client_packets] * flows, "server_packets": [10] * flows},
-                        schema_overrides={"conn": pl.UInt32, "client_packets": pl.UInt32, "server_packets": pl.UInt32})
-
-
-def capture(breaks, txs, *, end=None, rtt_ns=20_000, client_packets=10, resolution_ns=1.0):
-    last = end if end is not None else max([r["ts_ns"] for r in breaks] + [r["response_ts_ns"] or r["request_ts_ns"]
-                                                                            for r in txs]) - T0
-    packets = pl.DataFrame({"frame": [1, 99999], "ts_ns": [T0, T0 + last]},
-                           schema={"frame": pl.UInt32, "ts_ns": pl.Int64})
-    # the holder's quick everyday requests give the server's median response time
-    base = [tx("10.0.1.1", 50001, 0, "READ", k * MS, k * MS + 200_000, frame_no=1000 + 2 * k, fid=(7, 7))
-            for k in range(5)]
-    return FakeCapture(resolution_ns=resolution_ns, smb2_breaks=frame(BREAK_COLUMNS, breaks),
-                       smb2_transactions=frame(TRANSACTION_COLUMNS, base + txs),
-                       connections=conns(rtt_ns, client_packets=client_packets), packets=packets)
-
-
 def queue_case(ack_after, n_waiters=3, spacing=100 * MS):
     """Holder 10.0.1.1 sits ``ack_after`` on a batch oplock break; n CREATEs from other clients wait."""
     t_break = 1 * S
@@ -254,7 +188,6 @@ def test_no_breaks_or_missing_frames_give_an_empty_frame():
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow
 def test_synthetic_break_queue_label_is_found(synthetic_capture):
     from analyzer import open_capture
 

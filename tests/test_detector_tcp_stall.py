@@ -1,5 +1,5 @@
 """tcp_stall on tiny scripted conversations (each kind fires, near-misses stay quiet), its contract,
-and the labelled stall of the synthetic benchmark capture (slow).
+and the labelled stall of the synthetic benchmark capture.
 
 The conversations are byte-exact pcaps (tests/builders.py) run through herdscope's TCP analysis; the
 resulting frames go into a FakeCapture so that the timestamp resolution can be set per test.
@@ -9,12 +9,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import synthetic_labels
 
 from builders import handshake, opt_mss, tcp_conversation
 from detectors import tcp_stall
 from detectors.base import FINDINGS_SCHEMA
 from fakes import FakeCapture
+from synthetic import synthetic_labels
 from tshark_ref import corpus_files
 
 US, MS, S = 1_000, 1_000_000, 1_000_000_000
@@ -310,7 +310,6 @@ def test_never_raises_on_the_corpus():
 
 # -- the synthetic benchmark capture ---------------------------------------------------------------
 
-@pytest.mark.slow
 def test_synthetic_capture_labelled_stall_is_found(synthetic_capture):
     from analyzer import open_capture
 

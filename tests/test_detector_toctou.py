@@ -1,6 +1,6 @@
 """toctou on tiny constructed SMB2 and LDAP transaction frames: realised races (lost update, stale use,
 conflict the server caught), near misses, probability-only windows, resolution and client identity;
-plus the synthetic capture's labelled check-then-use window (slow)."""
+plus the synthetic capture's labelled check-then-use window."""
 from __future__ import annotations
 
 import math
@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from conftest import synthetic_labels
 
 from analyzer.decoders import ldap
 from analyzer.messages import TRANSPORTS
@@ -18,6 +17,7 @@ from analyzer.schema import polars_type
 from detectors import toctou as tt
 from detectors.base import FINDINGS_SCHEMA
 from fakes import FakeCapture
+from synthetic import synthetic_labels
 
 US = 1_000
 MS = 1_000_000
@@ -386,7 +386,6 @@ def test_empty_inputs():
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow
 def test_synthetic_toctou_label_is_found(synthetic_capture):
     from analyzer import open_capture
 
@@ -452,3 +451,28 @@ def test_smb3_multichannel_session_is_one_client_and_its_own_handle_is_never_sta
     both = [{**r, "session_id": sid + (r is create)} for r in own]
     f = races(tt.detect(smb_capture(both), tt.Params()))
     assert f["kind"].to_list() == ["lost_update"] and f["client"][0] == f"{host}:57095"
+
+
+def test_other_clients_are_counted_up_to_max_counted_clients():
+    """The other clients of a realised race are counted up to ``max_counted_clients`` (16 by default,
+    a documented parameter, no longer a silent cap inside the scan): 20 writers inside one window give
+    clients = 1 + 16 and "by 16 client(s)"; a larger cap counts all 20, a smaller one fewer; the cap
+    changes nothing else about the findings."""
+    a = "10.0.4.1"
+    writers = [f"10.0.5.{k}" for k in range(1, 21)]
+    rows = [check_open(a, 0), *[overwrite(w, (10 + k) * MS) for k, w in enumerate(writers)], rename_over(a, 400 * MS)]
+    cap = smb_capture(rows)
+
+    def lost(**kw):
+        f = tt.detect(cap, tt.Params(**kw))
+        return f, f.filter(pl.col("kind") == "lost_update").row(0, named=True)
+
+    default, r = lost()
+    assert tt.Params().max_counted_clients == 16
+    assert r["clients"] == 1 + 16 and "and 19 more changes by 16 client(s)" in r["explanation"]
+    wide, w = lost(max_counted_clients=64)
+    assert w["clients"] == 1 + 20 and "and 19 more changes by 20 client(s)" in w["explanation"]
+    narrow, n = lost(max_counted_clients=1)
+    assert n["clients"] == 2 and "by 1 client(s)" in n["explanation"]
+    same = ["finding_id", "kind", "severity", "start_ns", "end_ns", "value", "threshold", "evidence_frames"]
+    assert default.select(same).equals(wide.select(same)) and default.select(same).equals(narrow.select(same))

@@ -12,6 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import builders as b
+from builders import (dns_header as header, dns_name as name, dns_opt as opt, dns_query as query,
+                      dns_question as question, dns_response as response, dns_rr as rr, dns_soa as soa)
 from analyzer.messages import KEPT_COLUMNS
 from analyzer import open_capture
 from analyzer.decoders import dns
@@ -21,51 +23,6 @@ from analyzer.messages import MESSAGE_COLUMNS, TRANSPORTS, MessageSet
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
 S = 1_000_000_000  # one second in ns
-
-# --- message builders (RFC 1035 §4.1) --------------------------------------------------------------
-
-
-def name(text: str | bytes) -> bytes:
-    """Uncompressed wire name; '' or '.' is the root."""
-    raw = text.encode() if isinstance(text, str) else text
-    labels = [lab for lab in raw.split(b".") if lab]
-    return b"".join(bytes([len(lab)]) + lab for lab in labels) + b"\0"
-
-
-def header(ident=0x1234, flags=0x0100, qd=1, an=0, ns=0, ar=0) -> bytes:
-    return struct.pack(">HHHHHH", ident, flags, qd, an, ns, ar)
-
-
-def question(qname="example.com", qtype=1, qclass=1) -> bytes:
-    wire = qname if isinstance(qname, bytes) and (qname.endswith(b"\0") or b"\xc0" in qname) else name(qname)
-    return wire + struct.pack(">HH", qtype, qclass)
-
-
-def rr(rtype=1, ttl=300, rdata=b"\x7f\x00\x00\x01", owner=b"\xc0\x0c", rclass=1) -> bytes:
-    return owner + struct.pack(">HHIH", rtype, rclass, ttl, len(rdata)) + rdata
-
-
-def soa(ttl=3600, minimum=900, owner=b"\xc0\x0c") -> bytes:
-    rdata = name("ns1.example.com") + name("hostmaster.example.com") + struct.pack(">IIIII", 1, 7200, 900,
-                                                                                  1209600, minimum)
-    return rr(6, ttl, rdata, owner)
-
-
-def opt(size=1232, ext_rcode=0, version=0, do=False, rdata=b"") -> bytes:
-    ttl = (ext_rcode << 24) | (version << 16) | (0x8000 if do else 0)
-    return b"\0" + struct.pack(">HHIH", 41, size, ttl, len(rdata)) + rdata
-
-
-def query(qname="example.com", qtype=1, ident=0x1234, flags=0x0100, edns=None) -> bytes:
-    extra = opt(edns) if edns else b""
-    return header(ident, flags, 1, 0, 0, 1 if edns else 0) + question(qname, qtype) + extra
-
-
-def response(qname="example.com", qtype=1, ident=0x1234, rcode=0, answers=(), authority=(), additional=(),
-             flags=0x8180) -> bytes:
-    return (header(ident, flags | rcode, 1, len(answers), len(authority), len(additional))
-            + question(qname, qtype) + b"".join(answers) + b"".join(authority) + b"".join(additional))
-
 
 # --- message sets ----------------------------------------------------------------------------------
 

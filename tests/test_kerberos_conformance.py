@@ -31,6 +31,7 @@ import polars as pl
 import pytest
 
 from tshark_ref import corpus_files, have_tshark, tshark_fields
+from zeek_ref import zeek_log
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
 BASELINES = CORPUS / "zeek-baselines"
@@ -51,12 +52,6 @@ FIELDS = ["frame.number", "kerberos.msg_type", "kerberos.realm", "kerberos.creal
 FILTER = "kerberos && (udp.port==88 || tcp.port==88)"
 
 
-def _have_tcp() -> bool:
-    try:
-        from analyzer.tcp import tcp_messages  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def _join(*parts: pl.Expr) -> pl.Expr:
@@ -157,9 +152,6 @@ def _differences(name: str, both: pl.DataFrame) -> list[str]:
 def test_kerberos_fields_match_tshark(name):
     path = CORPUS / name
     both, _ = compare(path)
-    needs_tcp = both.height and not _have_tcp()
-    if needs_tcp:
-        pytest.skip("analyzer.tcp not available: TCP/88 frames cannot be framed")
     if name == "zeek/krb/error-preauth-padata.pcap":
         # scapy-made KRB-ERROR [APPLICATION 30] without pvno, msg-type, stime, realm, sname, and an e-data
         # that is a bare SEQUENCE (not an OCTET STRING) with an empty padata-value: tshark gives up
@@ -174,8 +166,6 @@ def test_kerberos_fields_match_tshark(name):
 @tshark_test
 def test_kerberos_message_counts_match_tshark():
     """Message counts by type over the whole corpus, tshark's SOURCES.tsv figures re-derived."""
-    if not _have_tcp():
-        pytest.skip("analyzer.tcp not available")
     for name in KRB_FILES:
         both, _ = compare(CORPUS / name)
         if name == "zeek/krb/error-preauth-padata.pcap":
@@ -187,20 +177,6 @@ def test_kerberos_message_counts_match_tshark():
 
 
 # --- Zeek kerberos.log ----------------------------------------------------------------------------
-
-def zeek_log(path: Path) -> pl.DataFrame:
-    """A Zeek TSV log as strings: ``#fields`` header, or (``zeek-cut -m`` baselines) a plain first
-    line of names. ``-`` (unset) becomes null."""
-    lines = [line for line in path.read_text().splitlines() if line and not line.startswith("###")]
-    header = [line.split("\t")[1:] for line in lines if line.startswith("#fields")]
-    if header:
-        fields = header[0]
-        rows = [line.split("\t") for line in lines if not line.startswith("#")]
-    else:
-        fields = lines[0].split("\t")
-        rows = [line.split("\t") for line in lines[1:] if not line.startswith("#")]
-    return pl.DataFrame(rows, schema=fields, orient="row").with_columns(pl.all().replace("-", None))
-
 
 ZEEK_KRB = {
     "zeek/krb/kinit.pcap": "krb/kinit.pcap/scripts.base.protocols.krb.kinit/kerberos.log",
@@ -245,8 +221,6 @@ def test_kerberos_transactions_match_zeek(name):
     PREAUTH_REQUIRED errors with e-text NEEDED_PREAUTH left out. Zeek's ``AP`` lines are AP-REQs it
     found in SMB session setups (port 445, out of our scope); an error without a request (the lone
     synthetic KRB-ERROR) is a kerberos_messages row only."""
-    if not _have_tcp():
-        pytest.skip("analyzer.tcp not available")
     zeek, ours, msgs = zeek_and_ours(name)
     key = ["request_type", "client", "service", "success", "error_msg"]
     theirs = zeek.filter(pl.col("request_type").ne_missing("AP"))

@@ -39,8 +39,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from test_kerberos_conformance import zeek_log
-from tshark_ref import _tshark_env, corpus_files, have_tshark, tshark_fields
+from tshark_ref import corpus_files, have_tshark, tshark_env, tshark_fields
+from zeek_ref import zeek_log
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
 BASELINES = CORPUS / "zeek-baselines"
@@ -69,12 +69,6 @@ SCOPE_NUMBERS = {"baseObject": "0", "singleLevel": "1", "wholeSubtree": "2", "su
 DEREF_NUMBERS = {"neverDerefAliases": "0", "derefInSearching": "1", "derefFindingBaseObj": "2", "derefAlways": "3"}
 
 
-def _have_tcp() -> bool:
-    try:
-        from analyzer.tcp import tcp_messages  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def ldap_messages(path: Path) -> pl.DataFrame:
@@ -152,8 +146,6 @@ def _differences(name: str, both: pl.DataFrame) -> list[str]:
 @tshark_test
 @pytest.mark.parametrize("name", LDAP_FILES)
 def test_ldap_fields_match_tshark(name):
-    if not _have_tcp():
-        pytest.skip("analyzer.tcp not available")
     both, _ = compare(CORPUS / name)
     assert _differences(name, both) == []
 
@@ -161,8 +153,6 @@ def test_ldap_fields_match_tshark(name):
 @tshark_test
 def test_ldap_message_counts_match_tshark():
     """protocolOp counts per capture (the SOURCES.tsv notes, re-derived from tshark)."""
-    if not _have_tcp():
-        pytest.skip("analyzer.tcp not available")
     for name in LDAP_FILES:
         both, _ = compare(CORPUS / name)
         count = lambda col: sorted(both[col].drop_nulls().str.split(",").explode().value_counts().rows())  # noqa
@@ -174,7 +164,7 @@ def test_ldap_message_counts_match_tshark():
 def tshark_filters(path: Path) -> list[tuple[int, str]]:
     """(frame, filter text) of every searchRequest, from tshark's tree (``-V``)."""
     proc = subprocess.run(["tshark", "-n", "-r", str(path), "-Y", "ldap.protocolOp == 3", "-V", "-O", "ldap,cldap"],
-                          capture_output=True, text=True, env=_tshark_env(), timeout=600)
+                          capture_output=True, text=True, env=tshark_env(), timeout=600)
     out = []
     frame = None
     indent = None
@@ -243,8 +233,6 @@ def as_wireshark(text: str) -> str:
 @tshark_test
 @pytest.mark.parametrize("name", LDAP_FILES)
 def test_ldap_filters_match_tshark(name):
-    if not _have_tcp():
-        pytest.skip("analyzer.tcp not available")
     path = CORPUS / name
     m = ldap_messages(path).filter(pl.col("op_code") == 3)
     if name == "zeek/ldap/ldap-max-recursion.pcap":
@@ -259,8 +247,6 @@ def test_ldap_filters_match_tshark(name):
 def test_filter_escaping_is_rfc4515():
     """zeek/ldap/ldap_escaping_test.pcapng: the same values as Zeek's ldap_search.log (which
     escapes per RFC 4515; Zeek's log doubles the backslash)."""
-    if not _have_tcp():
-        pytest.skip("analyzer.tcp not available")
     m = ldap_messages(CORPUS / "zeek/ldap/ldap_escaping_test.pcapng").filter(pl.col("op_code") == 3)
     zeek = zeek_log(BASELINES / "ldap/ldap_escaping_test.pcapng/scripts.base.protocols.ldap.filter_escaping"
                     / "ldap_search.log.1")
@@ -317,8 +303,6 @@ def _ldap_transactions(name: str) -> pl.DataFrame:
 def test_ldap_log_matches_zeek(name):
     """ldap.log: one line per non-search operation (message_id, opcode, result, object for bind and
     modify, argument = SASL mechanism for SASL binds)."""
-    if not _have_tcp():
-        pytest.skip("analyzer.tcp not available")
     zeek = zeek_log(ZEEK_LDAP[name] / "ldap.log")
     tx = _ldap_transactions(name).filter(pl.col("operation") != "searchRequest")
     ours = tx.select(
@@ -344,8 +328,6 @@ def test_ldap_log_matches_zeek(name):
 def test_ldap_search_log_matches_zeek(name):
     """ldap_search.log: one line per search (message_id, scope, deref, base, result_count = entries,
     result, filter). Some baselines were cut down with zeek-cut to (uid, filter, base_object)."""
-    if not _have_tcp():
-        pytest.skip("analyzer.tcp not available")
     zeek = zeek_log(ZEEK_LDAP[name] / "ldap_search.log")
     tx = _ldap_transactions(name).filter(pl.col("operation") == "searchRequest")
     ours = tx.select(

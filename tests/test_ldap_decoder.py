@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from analyzer.decoders import ldap
-from test_ber import integer, message_set, octets, seq, tlv
+from builders import integer, octets, seq, tlv
+from fakes import message_set
 
 # --- RFC 4511 builders -------------------------------------------------------------------------------
 

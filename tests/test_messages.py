@@ -2,7 +2,7 @@
 EDNS answers fragment), out of order, overlapping, or with a piece missing."""
 from analyzer.messages import udp_messages
 from builders import ipv4, ipv6, ipv6_frag, pcap_file, udp
-from test_kerberos_decoder import enc_data, kdc_req, pa
+from builders import enc_data, kdc_req, pa
 
 
 def _v4_fragments(datagram: bytes, ident: int, cut: int, src="10.0.0.1", dst="10.0.0.2"):

@@ -259,8 +259,7 @@ def test_cli_lists_the_population_and_expand_lists_members(pop_captures, capsys,
 # -- the dashboard -------------------------------------------------------------------------------------
 
 def test_dashboard_lists_the_population_and_drills_down_to_a_member(pop_captures, monkeypatch):
-    pytest.importorskip("streamlit")
-    import streamlit as st
+    import streamlit as st  # a dependency (pyproject.toml): missing is a failure, not a skip
     from streamlit.testing.v1 import AppTest
 
     from dashboards import data as D

@@ -96,7 +96,7 @@ def test_multi_file_evidence_names_each_file_with_its_own_frame_numbers(capsys):
 
 
 def test_cut_evidence_says_how_much_more():
-    from analyzer.scan import evidence_lines
+    from detectors.report import evidence_lines
 
     record = {"finding_id": "ab", "evidence_total": 60,
               "evidence": [{"file": "a.pcap", "frames": list(range(1, 51))}]}

@@ -16,7 +16,7 @@ from analyzer.cli import ExitCode, main
 from analyzer.stats import (STAT_COLUMNS, outcome_rules, resolvers, service_response_times, transactions,
                             with_legs)
 from fakes import FakeCapture
-from test_dns_decoder import header, query, response, rr
+from builders import dns_header as header, dns_query as query, dns_response as response, dns_rr as rr
 
 ROOT = Path(__file__).parent.parent
 SAMPLES = ROOT / "samples"

@@ -215,3 +215,129 @@ def test_tshark_dissects_cleanly(capture):
     assert {"0", "1", "2", "3", "4", "5", "6", "7"} <= ldap_ops
     assert {"0", "3"} <= rcodes
     assert retrans >= 2 and fast >= 1 and zero >= 1
+
+
+# -- the split into samples/synthkit/ -----------------------------------------------------------------
+# sha256 of captures written by samples/synth.py before it was split into samples/synthkit/ (the
+# split had to keep every byte): CLI --packets 5000 --seed 1 (µs pcap) and its labels; generate(2000,
+# seed 3, ns pcap / ns pcapng); Gen(21, 4000) with the loss hook at 5 % SYN / 5 % tail losses.
+PINNED = {
+    "cli-5000-s1.pcap": "8ada8cf0b050ecda4dce00a6c6acc28d2be0baf5a1365de4e5b86cedbcb84d89",
+    "cli-5000-s1.pcap.labels.json": "09c5e6425ad86473d4cedccb58dcf3dafaac45f0fdf78ba3daf9773e7888a479",
+    "gen-2000-s3-ns.pcap": "db3e253558756fcf7abbd37ad98c2357746ea3229ee068df7a9791bd971897d5",
+    "gen-2000-s3-ns.pcap.labels.json": "7267ef121fc25643a061e113e374f5b9ff193f43b3314711d20c1add9f8d7905",
+    "gen-2000-s3-ns.pcapng": "de43a17b7c91f0d2cef7e8fd81e1bd1a0dfaf38b09111559b2bb84ede27bf36d",
+    "loss-4000-s21.pcap": "e33fc950db273a9ed93665563a972e7705eef21b567d6f90d52c6a088d1a381b",
+    "loss-4000-s21.losses": "7256a8dece58d841e52cc622675ab54893779627f0db472a67b0d201155fa28b",
+}
+
+
+def _sha(path: Path | str) -> str:
+    import hashlib
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def test_output_is_pinned(capture, tmp_path):
+    import hashlib
+    got = {"cli-5000-s1.pcap": _sha(capture), "cli-5000-s1.pcap.labels.json": _sha(str(capture) + ".labels.json")}
+    synth.generate(str(tmp_path / "g.pcap"), 2000, 3, "pcap", True)
+    synth.generate(str(tmp_path / "g.pcapng"), 2000, 3, "pcapng", True)
+    got["gen-2000-s3-ns.pcap"] = _sha(tmp_path / "g.pcap")
+    got["gen-2000-s3-ns.pcap.labels.json"] = _sha(tmp_path / "g.pcap.labels.json")
+    got["gen-2000-s3-ns.pcapng"] = _sha(tmp_path / "g.pcapng")
+    g = synth.Gen(21, 4000)
+    g.syn_loss_share, g.tail_loss_share = 0.05, 0.05       # samples/synth_scenarios.py's loss hook
+    g.build()
+    synth.write_capture(g, str(tmp_path / "l.pcap"), "pcap", False)
+    got["loss-4000-s21.pcap"] = _sha(tmp_path / "l.pcap")
+    got["loss-4000-s21.losses"] = hashlib.sha256(json.dumps(g.losses).encode()).hexdigest()
+    assert {x[0] for x in g.losses} == {"syn", "tail"}
+    assert got == PINNED
+
+
+def _synth_attributes_used() -> dict[str, set[str]]:
+    """Every ``synth.<name>`` / ``from synth import <name>`` in samples/ and tests/ (ast walk)."""
+    import ast
+    used: dict[str, set[str]] = collections.defaultdict(set)
+    for path in [*(ROOT / "samples").glob("*.py"), *(ROOT / "tests").rglob("*.py")]:
+        if path == SYNTH:
+            continue
+        tree = ast.parse(path.read_text())
+        aliases = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                aliases |= {a.asname or a.name for a in node.names if a.name in ("synth", "samples.synth")}
+            elif isinstance(node, ast.ImportFrom):
+                if node.module in ("synth", "samples.synth"):
+                    for a in node.names:
+                        used[a.name].add(path.name)
+                elif node.module == "samples":
+                    aliases |= {a.asname or a.name for a in node.names if a.name == "synth"}
+            elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) \
+                    and getattr(node.value.func, "id", "") == "_load_synth":
+                aliases |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+                used[node.attr].add(path.name)
+    return used
+
+
+def test_synth_reexports_every_name_others_use():
+    used = _synth_attributes_used()
+    assert {"Gen", "Tcp", "write_capture", "krb_kdc_req", "dpkt_reference_frame"} <= set(used)   # the walk works
+    missing = {name: sorted(where) for name, where in used.items() if not hasattr(synth, name)}
+    assert not missing
+
+
+def test_synthkit_modules_have_one_job_each():
+    """samples/synth.py is the CLI plus re-exports; every synthkit module stays under 600 lines."""
+    kit = ROOT / "samples" / "synthkit"
+    sizes = {p.name: len(p.read_text().splitlines()) for p in kit.glob("*.py")}
+    assert {"der.py", "kerberos.py", "ldap.py", "dns.py", "ntlm.py", "smb2.py", "frames.py", "tcp.py",
+            "sessions.py", "site.py", "traffic.py", "pathologies.py", "generator.py", "writer.py"} <= set(sizes)
+    assert max(sizes.values()) < 600, sizes
+    assert len(SYNTH.read_text().splitlines()) < 150
+    import ast
+    tree = ast.parse(SYNTH.read_text())
+    assert [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))] == ["main"]
+
+
+def test_wire_constants_agree_with_dpkt():
+    """The encoders' named constants against dpkt's own tables (an independent copy of the specs)."""
+    import dpkt
+    from synthkit import dns, frames, tcp, writer
+    assert (dns.T_A, dns.T_NS, dns.T_CNAME, dns.T_SOA, dns.T_AAAA, dns.T_OPT, dns.CLASS_IN) == (
+        dpkt.dns.DNS_A, dpkt.dns.DNS_NS, dpkt.dns.DNS_CNAME, dpkt.dns.DNS_SOA, dpkt.dns.DNS_AAAA, dpkt.dns.DNS_OPT,
+        dpkt.dns.DNS_IN)
+    assert (dns.FLAG_QR, dns.FLAG_TC, dns.FLAG_RD, dns.FLAG_RA, dns.RCODE_NXDOMAIN) == (
+        dpkt.dns.DNS_QR, dpkt.dns.DNS_TC, dpkt.dns.DNS_RD, dpkt.dns.DNS_RA, dpkt.dns.DNS_RCODE_NXDOMAIN)
+    assert (frames.FIN, frames.SYN, frames.RST, frames.PSH, frames.ACK) == (
+        dpkt.tcp.TH_FIN, dpkt.tcp.TH_SYN, dpkt.tcp.TH_RST, dpkt.tcp.TH_PUSH, dpkt.tcp.TH_ACK)
+    assert (frames.PROTO_TCP, frames.PROTO_UDP) == (dpkt.ip.IP_PROTO_TCP, dpkt.ip.IP_PROTO_UDP)
+    assert (tcp.OPT_NOP, tcp.OPT_MSS, tcp.OPT_WSCALE, tcp.OPT_SACK_OK, tcp.OPT_SACK, tcp.OPT_TS) == (
+        dpkt.tcp.TCP_OPT_NOP, dpkt.tcp.TCP_OPT_MSS, dpkt.tcp.TCP_OPT_WSCALE, dpkt.tcp.TCP_OPT_SACKOK,
+        dpkt.tcp.TCP_OPT_SACK, dpkt.tcp.TCP_OPT_TIMESTAMP)
+    assert (writer.PCAP_MAGIC_US, writer.PCAP_MAGIC_NS, writer.LINKTYPE_ETHERNET) == (
+        dpkt.pcap.TCPDUMP_MAGIC, dpkt.pcap.TCPDUMP_MAGIC_NANO, dpkt.pcap.DLT_EN10MB)
+    assert (writer.BT_SHB, writer.BT_IDB, writer.BT_EPB, writer.BYTE_ORDER_MAGIC) == (
+        dpkt.pcapng.PCAPNG_BT_SHB, dpkt.pcapng.PCAPNG_BT_IDB, dpkt.pcapng.PCAPNG_BT_EPB, dpkt.pcapng.BYTE_ORDER_MAGIC)
+    assert (writer.OPT_ENDOFOPT, writer.SHB_USERAPPL, writer.IF_NAME, writer.IF_TSRESOL) == (
+        dpkt.pcapng.PCAPNG_OPT_ENDOFOPT, dpkt.pcapng.PCAPNG_OPT_SHB_USERAPPL, dpkt.pcapng.PCAPNG_OPT_IF_NAME,
+        dpkt.pcapng.PCAPNG_OPT_IF_TSRESOL)
+
+
+def test_encoders_use_their_constants():
+    """A few messages decoded by hand: the named constants are what lands on the wire."""
+    from synthkit import kerberos as k, ldap as l, smb2 as s
+    tgt = k.krb_principal(k.NT_SRV_INST, "krbtgt", "R")
+    req = k.krb_kdc_req(k.KRB_AS_REQ, [], k.krb_req_body(k.KDC_OPT_AS, "R", tgt, 7))
+    assert req[0] == 0x60 | k.KRB_AS_REQ                       # [APPLICATION 10]
+    err = k.krb_error(k.KDC_ERR_PREAUTH_REQUIRED, 0, "R", k.krb_principal(k.NT_SRV_INST, "krbtgt", "R"))
+    assert err[0] == 0x60 | k.KRB_ERROR and bytes((0xA6, 3, 0x02, 1, 25)) in err     # error-code [6] = 25
+    assert l.ldap_bind_req("cn=x", "pw")[0] == 0x60 | l.OP_BIND_REQUEST
+    assert l.LDAP_UNBIND == b"\x42\x00"
+    assert l.f_eq("a", "b")[0] == 0xA3 and l.f_present("a")[0] == 0x87
+    hdr = s.smb2_hdr(s.SMB2_CREATE, 5)
+    assert hdr[:4] == b"\xfeSMB" and struct.unpack_from("<HH", hdr, 4)[0] == 64
+    assert struct.unpack_from("<H", hdr, 12)[0] == s.SMB2_CREATE
+    assert struct.unpack_from("<H", s.smb2_create_req("a", s.OPLOCK_BATCH, s.ACCESS_READ, s.FILE_OPEN, 0))[0] == 57

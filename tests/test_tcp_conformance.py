@@ -10,6 +10,7 @@ import pytest
 
 from analyzer import open_capture
 from analyzer.tcp import analysis as an
+from tcp_scenarios import sack_bif_steps, stale_ack_rst_steps
 from tshark_ref import as_flag, as_int, corpus_files, have_tshark, tshark_fields
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
@@ -204,8 +205,6 @@ def test_resent_syn_after_a_stale_ack_and_rst_as_tshark(tmp_path):
     same ISN. tshark 4.0.17 restores the highest contiguous sequence number on the resent SYN, so the
     data after the new handshake is no retransmission (herdscope flagged it: the RST's number counted
     as sent); the SYN/ACK rebases the server side (seq 0) and is reused_ports."""
-    from test_tcp_analysis import stale_ack_rst_steps
-
     ref = _scripted_agrees_with_tshark(tmp_path, "stale", stale_ack_rst_steps())
     assert ref[4]["retransmission"] and not ref[7]["retransmission"]
     assert ref[5]["reused_ports"] and ref[5]["seq_rel"] == 0
@@ -214,7 +213,5 @@ def test_resent_syn_after_a_stale_ack_and_rst_as_tshark(tmp_path):
 def test_bytes_in_flight_subtract_the_latest_sack_option_as_tshark(tmp_path):
     """tshark 4.0.17 subtracts the SACK blocks of the receiver's latest segment (none after a segment
     without SACK; at most the first three blocks of four) from bytes in flight."""
-    from test_tcp_analysis import sack_bif_steps
-
     ref = _scripted_agrees_with_tshark(tmp_path, "sack", sack_bif_steps(), client_isn=5000)
     assert [ref[f]["bytes_in_flight"] for f in (8, 10, 12, 13, 15)] == [300, 300, 600, 700, 500]

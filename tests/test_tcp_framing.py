@@ -183,3 +183,17 @@ def test_no_connections_on_the_ports_means_no_messages(read_capture):
     steps = handshake() + stream_steps(dns_framed(dns_body(1)), [])
     cap = read_capture(tcp_conversation(steps))
     assert tcp_messages(cap, "length16", {53}) == []
+
+
+def test_many_messages_in_one_segment_past_the_copy_room(read_capture):
+    """One large (TSO/GRO-sized) segment holding many SMB2 messages: more bytes to copy than the first
+    guess of room (max_copy per segment) and more messages than two per segment; all are framed."""
+    msgs = [smb2_like(k, 3000) for k in range(20)]
+    stream = b"".join(nbss(m) for m in msgs)
+    steps = handshake() + stream_steps(stream, [])
+    _, sets = messages(read_capture, steps, "nbss", {445})
+    assert bodies(sets) == msgs
+    tiny = [dns_body(k, 12) for k in range(300)]  # 14 bytes each on the wire, 300 in one segment
+    _, sets = messages(read_capture, handshake() + stream_steps(b"".join(dns_framed(m) for m in tiny), []),
+                       "length16", {445})
+    assert bodies(sets) == tiny

@@ -150,6 +150,7 @@ __all__ = [
     "epoch_to_ns",
     "have_tshark",
     "parse_epoch_ns",
+    "tshark_env",
     "tshark_fields",
     "tshark_run",
     "tshark_version",
@@ -212,7 +213,7 @@ def _version_line() -> str:
         return ""
     try:
         proc = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60,
-                              env=_tshark_env())
+                              env=tshark_env())
     except (OSError, subprocess.SubprocessError):
         return ""
     for line in proc.stdout.splitlines():
@@ -236,7 +237,9 @@ def _empty_config_dir() -> str:
     return path
 
 
-def _tshark_env() -> dict[str, str]:
+def tshark_env() -> dict[str, str]:
+    """The environment tshark runs in: UTC, a C locale and an empty configuration directory (so that
+    no user profile changes its output)."""
     env = dict(os.environ)
     env["TZ"] = "UTC"
     env["LC_ALL"] = "C.UTF-8"
@@ -404,7 +407,7 @@ def tshark_run(path: Union[str, os.PathLike], fields: Sequence[str], *,
         stdout, stderr, returncode = hit
         return TsharkResult(_parse(stdout, fields, command, returncode, stderr), stderr,
                             returncode, command, cached=True)
-    proc = subprocess.run(command, capture_output=True, timeout=timeout, env=_tshark_env())
+    proc = subprocess.run(command, capture_output=True, timeout=timeout, env=tshark_env())
     stdout = proc.stdout.decode("utf-8", errors="replace")
     stderr = proc.stderr.decode("utf-8", errors="replace")
     frame = _parse(stdout, fields, command, proc.returncode, stderr)  # raises before caching
@@ -428,7 +431,7 @@ def tshark_raw(path: Union[str, os.PathLike], args: Sequence[str], *, cache: boo
     if hit is not None:
         return hit
     command = (exe, "-r", str(p), *args)
-    proc = subprocess.run(command, capture_output=True, timeout=timeout, env=_tshark_env())
+    proc = subprocess.run(command, capture_output=True, timeout=timeout, env=tshark_env())
     stdout = proc.stdout.decode("utf-8", errors="replace")
     stderr = proc.stderr.decode("utf-8", errors="replace")
     if directory is not None and proc.returncode == 0:

@@ -27,9 +27,11 @@ consuming input.
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 from numba import njit
 
-from .text import HEX_DIGITS
+from ..columns import series
+from .text import HEX_DIGITS, arena_strings
 
 # --- statuses (decode_error reasons) -------------------------------------------------------------
 # Constants handed to kernels are np.int64, not int: Numba compiles a separate specialisation of a
@@ -72,11 +74,26 @@ CONTEXT = 0x80
 PRIVATE = 0xC0
 CONSTRUCTED = 0x20
 _MAX_TAG_NUMBER = (1 << 28) - 1
+# A packed tag is (identifier class and constructed bits) << TAG_CLASS_SHIFT | tag number.
+TAG_CLASS_SHIFT = 24
+TAG_NUMBER_MASK = 0x0FFFFFFF
+# X.690 §8.1.2: identifier octet = class (2 bits), constructed (1 bit), tag number (5 bits; 31 = more
+# octets follow, 7 bits each, bit 8 set on all but the last); §8.1.3: length octets (short form below
+# 0x80; 0x80 indefinite; else 0x80 | number of length octets, 0xFF reserved)
+ID_CLASS_BITS = 0xE0
+ID_NUMBER_BITS = 0x1F
+HIGH_TAG_NUMBER = 0x1F
+MORE_OCTETS = 0x80
+SEVEN_BITS = 0x7F
+MAX_TAG_OCTETS = 4  # subsequent tag octets: 4 x 7 bits = the 28 bits a packed tag number holds
+LENGTH_LONG_FORM = 0x80
+LENGTH_RESERVED = 0xFF
+MAX_LENGTH_OCTETS = 4
 
 
 def tag(cls: int, number: int, constructed: bool) -> int:
     """Packed tag of class ``cls`` (UNIVERSAL/APPLICATION/CONTEXT/PRIVATE) and ``number``."""
-    return np.int64(((cls | (CONSTRUCTED if constructed else 0)) << 24) | number)
+    return np.int64(((cls | (CONSTRUCTED if constructed else 0)) << TAG_CLASS_SHIFT) | number)
 
 
 def ctx(number: int, constructed: bool = True) -> int:
@@ -91,8 +108,8 @@ def app(number: int, constructed: bool = True) -> int:
 
 def ident(octet: int) -> int:
     """Packed tag of a low-tag-number identifier octet, e.g. ``ident(0x30)`` = SEQUENCE."""
-    assert octet & 0x1F != 0x1F, "high-tag-number form needs tag()"
-    return np.int64(((octet & 0xE0) << 24) | (octet & 0x1F))
+    assert octet & ID_NUMBER_BITS != HIGH_TAG_NUMBER, "high-tag-number form needs tag()"
+    return np.int64(((octet & ID_CLASS_BITS) << TAG_CLASS_SHIFT) | (octet & ID_NUMBER_BITS))
 
 
 BOOLEAN = ident(0x01)
@@ -112,12 +129,12 @@ GENERAL_STRING = ident(0x1B)
 @helper
 def tag_class(t):
     """Class and constructed bits of a packed tag, as in the identifier octet (0x60 = [APPLICATION] constructed)."""
-    return t >> 24
+    return t >> TAG_CLASS_SHIFT
 
 
 @helper
 def tag_number(t):
-    return t & 0x0FFFFFFF
+    return t & TAG_NUMBER_MASK
 
 
 @helper
@@ -139,8 +156,8 @@ def read_tlv(buf, pos, end, mend):
         return 0, pos, pos, _beyond(end, mend)
     b = np.int64(buf[pos])
     p = pos + 1
-    number = b & 0x1F
-    if number == 0x1F:  # high-tag-number form, X.690 §8.1.2.4
+    number = b & ID_NUMBER_BITS
+    if number == HIGH_TAG_NUMBER:  # high-tag-number form, X.690 §8.1.2.4
         number = np.int64(0)
         count = 0
         while True:
@@ -149,25 +166,25 @@ def read_tlv(buf, pos, end, mend):
             c = np.int64(buf[p])
             p += 1
             count += 1
-            if count > 4:
+            if count > MAX_TAG_OCTETS:
                 return 0, pos, pos, BAD_TAG
-            number = (number << 7) | (c & 0x7F)
-            if c < 0x80:
+            number = (number << 7) | (c & SEVEN_BITS)
+            if c < MORE_OCTETS:
                 break
         if number > _MAX_TAG_NUMBER:
             return 0, pos, pos, BAD_TAG
-    t = ((b & 0xE0) << 24) | number
+    t = ((b & ID_CLASS_BITS) << TAG_CLASS_SHIFT) | number
     if p >= end:
         return t, pos, pos, _beyond(end, mend)
     first = np.int64(buf[p])
     p += 1
-    if first < 0x80:
+    if first < LENGTH_LONG_FORM:
         n = first
-    elif first == 0x80:
+    elif first == LENGTH_LONG_FORM:
         return t, p, p, INDEFINITE
     else:
-        k = first & 0x7F
-        if k > 4 or first == 0xFF:
+        k = first & SEVEN_BITS
+        if k > MAX_LENGTH_OCTETS or first == LENGTH_RESERVED:
             return t, p, p, BAD_LENGTH
         if p + k > end:
             return t, pos, pos, _beyond(end, mend)
@@ -187,7 +204,7 @@ def read_tlv_partial(buf, pos, end, mend):
     the fields before the cut decode; a primitive one stays TRUNCATED (a clipped INTEGER or string
     would be a wrong value). Use it below a top level that has recorded the truncation."""
     t, s, e, st = read_tlv(buf, pos, end, mend)
-    if st == TRUNCATED and s > pos and (t >> 24) & CONSTRUCTED:
+    if st == TRUNCATED and s > pos and (t >> TAG_CLASS_SHIFT) & CONSTRUCTED:
         return t, s, e, OK
     return t, s, e, st
 
@@ -313,7 +330,7 @@ def walk(buf, start, end, max_depth, stack):
         if st != OK:
             return count, st
         count += 1
-        if (t >> 24) & CONSTRUCTED and ce > cs:
+        if (t >> TAG_CLASS_SHIFT) & CONSTRUCTED and ce > cs:
             if depth >= max_depth:
                 return count, TOO_DEEP
             stack[depth] = e
@@ -381,20 +398,16 @@ def ascii_array(text: str) -> np.ndarray:
 
 # --- Python side: columns out of the kernels' field vectors --------------------------------------
 
-def int_column(name: str, values: np.ndarray, dtype) -> "pl.Series":
+def int_column(name: str, values: np.ndarray, dtype) -> pl.Series:
     """A Polars column of ``dtype`` from int64 ``values`` with :data:`NULL` as null (zero-copy, then one
     cast). A value the type cannot hold (a 40-bit resultCode in a hostile message) becomes null rather
     than wrapping."""
-    from ..columns import series
-
     values = np.ascontiguousarray(values, np.int64)
     return series(name, values, values != NULL).cast(dtype, strict=False)
 
 
-def status_column(name: str, status: np.ndarray) -> "pl.Series":
+def status_column(name: str, status: np.ndarray) -> pl.Series:
     """decode_error: null where 0, else the reason's name (a String column)."""
-    import polars as pl
-
     s = pl.Series(name, np.ascontiguousarray(status, np.int64))
     return s.replace_strict({k: v for k, v in STATUS_NAMES.items()}, default=None,
                             return_dtype=pl.String).alias(name)
@@ -424,7 +437,6 @@ def string_columns(names, arena: np.ndarray, spans: np.ndarray) -> list:
     """String columns out of a shared arena: slot k of ``spans`` (shape (2 * slots, rows): start and
     length rows) becomes column ``names[k]``. The bytes are regrouped per column in one pass so that
     each column is one Arrow buffer (no per-row gather afterwards)."""
-    from .text import arena_strings
 
     lengths = spans[1::2]
     totals = np.clip(lengths, 0, None).sum(axis=1).astype(np.int64)
@@ -448,7 +460,6 @@ def stack_sets(sets, parts):
     (field-major arrays) belongs to message ``u_msg[r]`` of that set. Returns (base frame of set
     columns, one row per output row, ints, spans, arena), rows ordered by (ts_last_ns, frame_last,
     set order, row order)."""
-    import polars as pl
 
     frames, u_all, ints_all, spans_all, arenas = [], [], [], [], []
     row0 = 0

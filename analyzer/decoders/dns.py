@@ -84,22 +84,20 @@ import pyarrow as pa
 
 from ..capture import frame_builder
 from ..columns import enum_from_codes, series
-from ..messages import KEPT_COLUMNS, message_sets as shared_message_sets
+from ..messages import KEPT_COLUMNS, protocol_message_sets
 from ..messages import TRANSPORTS, MessageSet
 from ..schema import FRAMES, Column, column, empty_frame
 from .protocol import Protocol
 from . import dns_kernels as k
-from .common import TRANSACTION_COMMON
+from .common import TRANSACTION_COMMON, named_codes, unbroken_duration
 from .text import arena_strings
 
-UDP_PORTS = (53,)
-TCP_PORTS = (53,)
-TCP_FRAMING = "length16"  # RFC 1035 §4.2.2: a two-octet length before each message
-
 PROTOCOL = Protocol(
-    name="dns", title="DNS", spec="RFC 1035", udp_ports=UDP_PORTS, tcp_ports=TCP_PORTS, tcp_framing=TCP_FRAMING,
+    name="dns", title="DNS", spec="RFC 1035", udp_ports=(53,), tcp_ports=(53,),
+    tcp_framing="length16",  # RFC 1035 §4.2.2: a two-octet length before each message
     frames=("dns_messages", "dns_transactions"), transactions="dns_transactions",
     requests_noun="DNS queries", services={53: "dns"},
+    request_verb="queried", repeat_verb="re-queried", request_word="queries", operation_after_resource=True,
 )
 
 # --- code tables ----------------------------------------------------------------------------------
@@ -274,21 +272,12 @@ def _decode_set(ms: MessageSet) -> pl.DataFrame:
     wire = fr["wire_length"].to_numpy().astype(np.int64)
     if n and (offset.min() < 0 or length.min() < 0 or int((offset + length).max()) > buf.shape[0]):
         raise ValueError("message set offsets/lengths fall outside its buffer")
-    out = {
-        "id": np.zeros(n, np.uint16), "flags": np.zeros(n, np.uint16), "qd": np.zeros(n, np.uint16),
-        "an": np.zeros(n, np.uint16), "ns": np.zeros(n, np.uint16), "ar": np.zeros(n, np.uint16),
-        "qname_start": np.zeros(n, np.int64), "qname_len": np.zeros(n, np.int64),
-        "qtype": np.zeros(n, np.uint16), "qclass": np.zeros(n, np.uint16),
-        "ttl_min": np.zeros(n, np.uint32), "an_qtype": np.zeros(n, np.uint16),
-        "soa_ttl": np.zeros(n, np.uint32), "soa_min": np.zeros(n, np.uint32),
-        "edns_size": np.zeros(n, np.uint16), "edns_ttl": np.zeros(n, np.uint32),
-        "present": np.zeros(n, np.uint8), "error": np.zeros(n, np.uint8),
-    }
+    arrays, out = k.allocate_output(n)  # out: each column by name
     # Names are rarely longer rendered than on the wire: start at that size, grow when needed.
     arena = np.empty(max(_ARENA_MIN, int(np.minimum(length, 256).sum()) + 8 * n), np.uint8)
     first, apos = 0, 0
     while True:
-        first, apos = k.decode_all(buf, offset, length, wire, first, arena, apos, *out.values())
+        first, apos = k.decode_all(buf, offset, length, wire, first, arena, apos, *arrays)
         if first >= n:
             break
         grown = np.empty(arena.shape[0] * 2, np.uint8)
@@ -416,13 +405,12 @@ def _pair(messages: pl.DataFrame, params: Params) -> _Pairing:
     role = np.full(n, k.R_NONE, np.int8)
     txn = np.full(n, -1, np.int64)
     m = len(rows)
-    req_row, ans_row = np.zeros(m, np.int64), np.zeros(m, np.int64)
-    retries, duplicates, last_query = np.zeros(m, np.int64), np.zeros(m, np.int64), np.zeros(m, np.int64)
+    txns = np.zeros((k.N_TX, m), np.int64)  # rows k.TX_*: one column per transaction
     n_txn = k.assign_roles(rows.astype(np.int64), keys, q_off, q_data, q_valid, ~qr, ts,
-                           int(params.retransmission_window_ns), _answer_limit(params), txn, role,
-                           req_row, ans_row, retries, duplicates, last_query)
-    p = _Pairing(role, txn, req_row[:n_txn], ans_row[:n_txn], retries[:n_txn], duplicates[:n_txn])
-    _answer_questionless(p, keys, ts, last_query[:n_txn], ~q_valid & (keys[:, 6] < 0), params)
+                           int(params.retransmission_window_ns), _answer_limit(params), txn, role, txns)
+    p = _Pairing(role, txn, txns[k.TX_REQ_ROW, :n_txn], txns[k.TX_ANS_ROW, :n_txn], txns[k.TX_RETRIES, :n_txn],
+                 txns[k.TX_DUPLICATES, :n_txn])
+    _answer_questionless(p, keys, ts, txns[k.TX_LAST_QUERY, :n_txn], ~q_valid & (keys[:, 6] < 0), params)
     return p
 
 
@@ -532,7 +520,7 @@ def _tc_retries(t: pl.DataFrame, params: Params) -> pl.DataFrame:
 
 def message_sets(cap) -> list[MessageSet]:
     """DNS message sets of a capture: UDP and TCP port 53 (TCP framed by the length prefix)."""
-    return shared_message_sets(cap, udp_ports=UDP_PORTS, tcp_framing=TCP_FRAMING, tcp_ports=TCP_PORTS)
+    return protocol_message_sets(cap, PROTOCOL)
 
 
 @frame_builder("dns_messages")
@@ -541,6 +529,21 @@ def _build_messages(cap) -> pl.DataFrame:
     messages, transactions = messages_and_transactions(decode_messages(message_sets(cap)))
     cap.set_frame("dns_transactions", transactions)
     return messages
+
+
+def outcome_rules() -> tuple[str, str]:
+    """(what counts as an error, when a query counts as unanswered), from the code tables and Params:
+    ``herdscope stats --help`` and the README (analyzer.stats.outcome_rules)."""
+    dp = Params()
+    late = (f"a response more than {unbroken_duration(dp.timeout_ns)} after the latest query does not count"
+            if dp.timeout_ns else
+            "an answer counts however late it comes, as in tshark's dns.time and -z\u00a0dns,tree")
+    return (f"an answer whose RCODE is not {named_codes(RCODES, NON_ERROR_RCODES)}: NXDOMAIN is an answer "
+            f"(the name does not exist), while SERVFAIL, REFUSED, FORMERR, NOTIMP and the rest are errors.",
+            f"no response with the query's transport, addresses, ports, id and question before the capture "
+            f"ends or the same query opens a new transaction (sent again "
+            f"{unbroken_duration(dp.retransmission_window_ns)} or more after the first, Wireshark's "
+            f"dns.retransmission_timer; repeats sooner are retries of the same request); {late}.")
 
 
 @frame_builder("dns_transactions")

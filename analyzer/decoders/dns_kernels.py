@@ -61,6 +61,27 @@ E_MULTIPLE_OPT = 10
 E_TRUNCATED = 100  # internal: "ran out of bytes", mapped to the section's truncation error
 E_ARENA_FULL = 101  # internal: the text arena needs to grow
 
+# RFC 1035 §4.1.1 header: ID, flags, QDCOUNT, ANCOUNT, NSCOUNT, ARCOUNT (2 octets each)
+HDR_ID, HDR_FLAGS, HDR_QDCOUNT, HDR_ANCOUNT, HDR_NSCOUNT, HDR_ARCOUNT = 0, 2, 4, 6, 8, 10
+HEADER = 12
+# §4.1.2 question after QNAME: QTYPE, QCLASS
+Q_TYPE, Q_CLASS = 0, 2
+QUESTION_FIXED = 4
+# §4.1.3 RR after NAME: TYPE, CLASS, TTL, RDLENGTH, then RDATA
+RR_TYPE, RR_CLASS, RR_TTL, RR_RDLENGTH = 0, 2, 4, 8
+RR_FIXED = 10
+# §3.3.13 SOA RDATA after MNAME and RNAME: SERIAL REFRESH RETRY EXPIRE MINIMUM (4 octets each)
+SOA_MINIMUM = 16
+SOA_FIXED = 20
+# §4.1.4 a length octet's top two bits: 00 label, 11 pointer (the other 14 bits an offset)
+LABEL_KIND = 0xC0
+LABEL_POINTER = 0xC0
+POINTER_HIGH = 0x3F
+POINTER_SIZE = 2
+DOT = 0x2E
+# sections of the RRs, in order (§4.1)
+ANSWER, AUTHORITY, ADDITIONAL = 0, 1, 2
+
 T_SOA = 6
 T_OPT = 41
 T_ANY = 255
@@ -97,13 +118,13 @@ def read_name(buf, base, end, wire_end, pos, arena, apos):
                     arena[out] = _ROOT[k]
                     out += 1
             return after, out, E_NONE
-        kind = b & 0xC0
-        if kind == 0xC0:
+        kind = b & LABEL_KIND
+        if kind == LABEL_POINTER:
             if pos + 1 >= end:
                 return -1, out, E_TRUNCATED
-            target = base + (((b & 0x3F) << 8) | np.int64(buf[pos + 1]))
+            target = base + (((b & POINTER_HIGH) << 8) | np.int64(buf[pos + 1]))
             if after < 0:
-                after = pos + 2
+                after = pos + POINTER_SIZE
             if target >= wire_end:
                 return -1, out, E_POINTER_OOB
             if target > pos:
@@ -126,7 +147,7 @@ def read_name(buf, base, end, wire_end, pos, arena, apos):
         if out != apos:
             if out >= arena.shape[0]:
                 return -1, out, E_ARENA_FULL
-            arena[out] = 0x2E  # '.'
+            arena[out] = DOT
             out += 1
         out = put_escaped(arena, out, buf, pos + 1, b)
         if out < 0:
@@ -145,11 +166,11 @@ def skip_name(buf, pos, end):
         b = np.int64(buf[pos])
         if b == 0:
             return pos + 1
-        kind = b & 0xC0
-        if kind == 0xC0:
-            if pos + 2 > end:
+        kind = b & LABEL_KIND
+        if kind == LABEL_POINTER:
+            if pos + POINTER_SIZE > end:
                 return -E_TRUNCATED
-            return pos + 2
+            return pos + POINTER_SIZE
         if kind != 0:
             return -E_LABEL_TYPE
         wire += b + 1
@@ -165,30 +186,30 @@ def _soa_minimum(buf, rd, rd_end):
     if p < 0:
         return -1
     p = skip_name(buf, p, rd_end)
-    if p < 0 or p + 20 > rd_end:
+    if p < 0 or p + SOA_FIXED > rd_end:
         return -1
-    return u32be(buf, p + 16)
+    return u32be(buf, p + SOA_MINIMUM)
 
 
 @njit(cache=True, _nrt=False)
 def decode_message(buf, base, end, wire_end, arena, apos, f):
     """Decode one message into the zeroed field vector ``f``; returns the new arena position, or
     -1 when the arena is full (nothing of this message is kept; grow and call again)."""
-    if end - base < 12:
+    if end - base < HEADER:
         f[F_ERROR] = E_TRUNC_HEADER
         return apos
-    f[F_ID] = u16be(buf, base)
-    f[F_FLAGS] = u16be(buf, base + 2)
-    qdcount = u16be(buf, base + 4)
-    ancount = u16be(buf, base + 6)
-    nscount = u16be(buf, base + 8)
-    arcount = u16be(buf, base + 10)
+    f[F_ID] = u16be(buf, base + HDR_ID)
+    f[F_FLAGS] = u16be(buf, base + HDR_FLAGS)
+    qdcount = u16be(buf, base + HDR_QDCOUNT)
+    ancount = u16be(buf, base + HDR_ANCOUNT)
+    nscount = u16be(buf, base + HDR_NSCOUNT)
+    arcount = u16be(buf, base + HDR_ARCOUNT)
     f[F_QDCOUNT] = qdcount
     f[F_ANCOUNT] = ancount
     f[F_NSCOUNT] = nscount
     f[F_ARCOUNT] = arcount
     present = P_HEADER
-    pos = base + 12
+    pos = base + HEADER
 
     # Questions (§4.1.2): the first is rendered, the others skipped.
     qtype = np.int64(-1)
@@ -211,16 +232,16 @@ def decode_message(buf, base, end, wire_end, arena, apos, f):
                 f[F_ERROR] = E_TRUNC_QUESTION if nxt == -E_TRUNCATED else -nxt
                 f[F_PRESENT] = present
                 return apos
-        if nxt + 4 > end:
+        if nxt + QUESTION_FIXED > end:
             f[F_ERROR] = E_TRUNC_QUESTION
             f[F_PRESENT] = present
             return apos
         if q == 0:
-            qtype = u16be(buf, nxt)
+            qtype = u16be(buf, nxt + Q_TYPE)
             f[F_QTYPE] = qtype
-            f[F_QCLASS] = u16be(buf, nxt + 2)
+            f[F_QCLASS] = u16be(buf, nxt + Q_CLASS)
             present |= P_QTYPE
-        pos = nxt + 4
+        pos = nxt + QUESTION_FIXED
 
     # Resource records (§4.1.3) of the three sections, in order.
     ttl_min = np.int64(-1)
@@ -228,22 +249,22 @@ def decode_message(buf, base, end, wire_end, arena, apos, f):
     error = E_NONE
     n_rr = ancount + nscount + arcount
     for k in range(n_rr):
-        section = 0 if k < ancount else (1 if k < ancount + nscount else 2)
+        section = ANSWER if k < ancount else (AUTHORITY if k < ancount + nscount else ADDITIONAL)
         p = skip_name(buf, pos, end)
         if p < 0:
             error = E_TRUNC_RR if p == -E_TRUNCATED else -p
             break
-        if p + 10 > end:
+        if p + RR_FIXED > end:
             error = E_TRUNC_RR
             break
-        rtype = u16be(buf, p)
-        rclass = u16be(buf, p + 2)
-        ttl = u32be(buf, p + 4)
-        rdlen = u16be(buf, p + 8)
-        rd = p + 10
+        rtype = u16be(buf, p + RR_TYPE)
+        rclass = u16be(buf, p + RR_CLASS)
+        ttl = u32be(buf, p + RR_TTL)
+        rdlen = u16be(buf, p + RR_RDLENGTH)
+        rd = p + RR_FIXED
         rd_end = rd + rdlen
         if rtype == T_OPT:
-            if section != 2:
+            if section != ADDITIONAL:
                 if error == E_NONE:
                     error = E_MISPLACED_OPT
             elif present & P_EDNS:
@@ -253,7 +274,7 @@ def decode_message(buf, base, end, wire_end, arena, apos, f):
                 f[F_EDNS_SIZE] = rclass
                 f[F_EDNS_TTL] = ttl
                 present |= P_EDNS
-        elif section == 0:
+        elif section == ANSWER:
             # The TTL counts as soon as the fixed part is read, as Wireshark shows it even when
             # the RDATA is cut.
             if ttl_min < 0 or ttl < ttl_min:
@@ -263,7 +284,7 @@ def decode_message(buf, base, end, wire_end, arena, apos, f):
         if rd_end > end:
             error = E_TRUNC_RR
             break
-        if rtype == T_SOA and section == 1 and not (present & P_SOA):
+        if rtype == T_SOA and section == AUTHORITY and not (present & P_SOA):
             minimum = _soa_minimum(buf, rd, rd_end)
             if minimum >= 0:
                 f[F_SOA_TTL] = ttl
@@ -279,12 +300,32 @@ def decode_message(buf, base, end, wire_end, arena, apos, f):
     return apos
 
 
+# The output columns, one 2-D array [column, message] per dtype, and the field each column takes:
+# (name in dns._decode_set, F_*). Each column is a contiguous row of its array.
+OUTPUT = (
+    (np.uint16, (("id", F_ID), ("flags", F_FLAGS), ("qd", F_QDCOUNT), ("an", F_ANCOUNT), ("ns", F_NSCOUNT),
+                 ("ar", F_ARCOUNT), ("qtype", F_QTYPE), ("qclass", F_QCLASS), ("an_qtype", F_AN_QTYPE),
+                 ("edns_size", F_EDNS_SIZE))),
+    (np.uint32, (("ttl_min", F_TTL_MIN), ("soa_ttl", F_SOA_TTL), ("soa_min", F_SOA_MINIMUM),
+                 ("edns_ttl", F_EDNS_TTL))),
+    (np.int64, (("qname_start", F_QNAME_START), ("qname_len", F_QNAME_LEN))),
+    (np.uint8, (("present", F_PRESENT), ("error", F_ERROR))),
+)
+OUT_U16, OUT_U32, OUT_I64, OUT_U8 = (np.array([fld for _, fld in cols], np.int64) for _, cols in OUTPUT)
+assert sorted(fld for _, cols in OUTPUT for _, fld in cols) == list(range(N_FIELDS))
+
+
+def allocate_output(n: int) -> tuple[tuple[np.ndarray, ...], dict[str, np.ndarray]]:
+    """The arrays :func:`decode_all` fills for ``n`` messages, and each column by name (a row view)."""
+    arrays = tuple(np.zeros((len(cols), n), dtype) for dtype, cols in OUTPUT)
+    named = {name: arr[r] for arr, (_, cols) in zip(arrays, OUTPUT) for r, (name, _) in enumerate(cols)}
+    return arrays, named
+
+
 @njit(cache=True)
-def decode_all(buf, offset, length, wire_length, first, arena, apos,
-               o_id, o_flags, o_qd, o_an, o_ns, o_ar, o_qname_start, o_qname_len, o_qtype, o_qclass,
-               o_ttl_min, o_an_qtype, o_soa_ttl, o_soa_min, o_edns_size, o_edns_ttl, o_present, o_error):
-    """Decode messages ``first..`` into the output columns. Returns (next message, arena position):
-    next < len(offset) means the arena filled up at that message."""
+def decode_all(buf, offset, length, wire_length, first, arena, apos, o_u16, o_u32, o_i64, o_u8):
+    """Decode messages ``first..`` into the output arrays (:func:`allocate_output`). Returns (next
+    message, arena position): next < len(offset) means the arena filled up at that message."""
     f = np.zeros(N_FIELDS, np.int64)
     n = offset.shape[0]
     for i in range(first, n):
@@ -296,24 +337,14 @@ def decode_all(buf, offset, length, wire_length, first, arena, apos,
         if out < 0:
             return i, apos
         apos = out
-        o_id[i] = f[F_ID]
-        o_flags[i] = f[F_FLAGS]
-        o_qd[i] = f[F_QDCOUNT]
-        o_an[i] = f[F_ANCOUNT]
-        o_ns[i] = f[F_NSCOUNT]
-        o_ar[i] = f[F_ARCOUNT]
-        o_qname_start[i] = f[F_QNAME_START]
-        o_qname_len[i] = f[F_QNAME_LEN]
-        o_qtype[i] = f[F_QTYPE]
-        o_qclass[i] = f[F_QCLASS]
-        o_ttl_min[i] = f[F_TTL_MIN]
-        o_an_qtype[i] = f[F_AN_QTYPE]
-        o_soa_ttl[i] = f[F_SOA_TTL]
-        o_soa_min[i] = f[F_SOA_MINIMUM]
-        o_edns_size[i] = f[F_EDNS_SIZE]
-        o_edns_ttl[i] = f[F_EDNS_TTL]
-        o_present[i] = f[F_PRESENT]
-        o_error[i] = f[F_ERROR]
+        for r in range(OUT_U16.shape[0]):
+            o_u16[r, i] = f[OUT_U16[r]]
+        for r in range(OUT_U32.shape[0]):
+            o_u32[r, i] = f[OUT_U32[r]]
+        for r in range(OUT_I64.shape[0]):
+            o_i64[r, i] = f[OUT_I64[r]]
+        for r in range(OUT_U8.shape[0]):
+            o_u8[r, i] = f[OUT_U8[r]]
     return n, apos
 
 
@@ -324,6 +355,10 @@ R_RETRANSMISSION = 1  # the same query again before an answer, within the retran
 R_ANSWER = 2  # the first response to an open transaction
 R_DUPLICATE = 3  # a further response to an answered transaction
 R_UNSOLICITED = 4  # a response with no open transaction (or later than the timeout)
+
+# Rows of assign_roles' per-transaction output (one column per transaction).
+TX_REQ_ROW, TX_ANS_ROW, TX_RETRIES, TX_DUPLICATES, TX_LAST_QUERY = range(5)
+N_TX = 5
 
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
@@ -358,7 +393,7 @@ def _same_key(keys, q_off, q_data, q_valid, a, b):
 
 @njit(cache=True)
 def assign_roles(order, keys, q_off, q_data, q_valid, is_query, ts, retransmission_window_ns, timeout_ns,
-                 txn, role, req_row, ans_row, retries, duplicates, last_query_ts):
+                 txn, role, txns):
     """Pair the messages ``order`` (row numbers, in time order) by their key: the integer columns of
     ``keys`` plus the question name (Arrow string buffers ``q_off``/``q_data``, null where not
     ``q_valid``). One pass with a hash table of open transactions, one slot per distinct key.
@@ -370,9 +405,9 @@ def assign_roles(order, keys, q_off, q_data, q_valid, is_query, ts, retransmissi
     comes at most ``timeout_ns`` after the transaction's latest query. Anything else is
     unsolicited.
 
-    Per row: ``txn`` (-1: none) and ``role`` (R_*). Per transaction: its first query's row, its
-    answer's row (-1), retransmission and duplicate counts, latest query time. Returns the number
-    of transactions."""
+    Per row: ``txn`` (-1: none) and ``role`` (R_*). Per transaction, a column of ``txns`` (rows
+    ``TX_*``): its first query's row, its answer's row (-1), retransmission and duplicate counts,
+    latest query time. Returns the number of transactions."""
     n = order.shape[0]
     size = 1
     while size < 2 * n + 2:
@@ -401,29 +436,29 @@ def assign_roles(order, keys, q_off, q_data, q_valid, is_query, ts, retransmissi
         t = ts[r]
         cur = slots[s, 2]
         if is_query[r]:
-            if cur >= 0 and ans_row[cur] < 0 and t - slots[s, 3] < retransmission_window_ns:
+            if cur >= 0 and txns[TX_ANS_ROW, cur] < 0 and t - slots[s, 3] < retransmission_window_ns:
                 txn[r] = cur
                 role[r] = R_RETRANSMISSION
-                retries[cur] += 1
-                last_query_ts[cur] = t
+                txns[TX_RETRIES, cur] += 1
+                txns[TX_LAST_QUERY, cur] = t
             else:
                 cur = n_txn
                 n_txn += 1
                 slots[s, 2] = cur
                 slots[s, 3] = t
-                req_row[cur] = r
-                ans_row[cur] = -1
-                last_query_ts[cur] = t
+                txns[TX_REQ_ROW, cur] = r
+                txns[TX_ANS_ROW, cur] = -1
+                txns[TX_LAST_QUERY, cur] = t
                 txn[r] = cur
                 role[r] = R_REQUEST
-        elif cur >= 0 and ans_row[cur] >= 0:
+        elif cur >= 0 and txns[TX_ANS_ROW, cur] >= 0:
             txn[r] = cur
             role[r] = R_DUPLICATE
-            duplicates[cur] += 1
-        elif cur >= 0 and t - last_query_ts[cur] <= timeout_ns:
+            txns[TX_DUPLICATES, cur] += 1
+        elif cur >= 0 and t - txns[TX_LAST_QUERY, cur] <= timeout_ns:
             txn[r] = cur
             role[r] = R_ANSWER
-            ans_row[cur] = r
+            txns[TX_ANS_ROW, cur] = r
         else:
             txn[r] = -1
             role[r] = R_UNSOLICITED

@@ -38,26 +38,23 @@ import polars as pl
 from numba import njit
 
 from ..capture import frame_builder
-from ..messages import KEPT_COLUMNS, MessageSet, message_sets as shared_message_sets
+from ..messages import KEPT_COLUMNS, MessageSet, protocol_message_sets
 from ..schema import FRAMES, Column, column, empty_frame, polars_type
 from .protocol import Protocol
 from . import ber
-from .common import TRANSACTION_COMMON
+from .common import TRANSACTION_COMMON, named_codes, unbroken_duration
 from .kerberos_kernels import (  # noqa: F401  (the kernels and their field layout)
     I_APP, I_CTIME, I_ENC_ETYPE, I_ENC_KVNO, I_ERROR_CODE, I_KDC_OPTIONS,
     I_MSG_TYPE, I_NONCE, I_PREAUTH, I_PREAUTH_ETYPE, I_PVNO, I_STATUS,
     I_STIME, I_TICKET_ETYPE, I_TICKET_KVNO, I_TILL, N_INTS, N_STRS,
-    _STR_NAMES, _decode_all)
-
-UDP_PORTS = {88}
-TCP_PORTS = {88}
-TCP_FRAMING = "record_mark"
+    STR_NAMES, decode_all)
 
 PROTOCOL = Protocol(
-    name="kerberos", title="Kerberos", spec="RFC 4120", udp_ports=tuple(sorted(UDP_PORTS)),
-    tcp_ports=tuple(sorted(TCP_PORTS)), tcp_framing=TCP_FRAMING,  # RFC 4120 §7.2.2: a 4-octet record mark
+    name="kerberos", title="Kerberos", spec="RFC 4120", udp_ports=(88,), tcp_ports=(88,),
+    tcp_framing="record_mark",  # RFC 4120 §7.2.2: a 4-octet record mark
     frames=("kerberos_messages", "kerberos_transactions"), transactions="kerberos_transactions",
     requests_noun="Kerberos requests", services={88: "kerberos", 464: "kpasswd", 749: "kerberos-adm"},
+    plural_operations=("AS-REQ", "TGS-REQ"),
 )
 
 # RFC 4120 §7.5.7 (msg-type values; §5.10: the [APPLICATION n] tag of each message is the same n)
@@ -208,7 +205,7 @@ def _kernel(ms: MessageSet):
     size = int(lengths.sum()) * 2 + 64 * n + 1024
     while True:  # strings need at most 4x their bytes (escapes); grow on the rare overflow
         arena = np.empty(size, np.uint8)
-        used = _decode_all(ms.buf, offsets, lengths, ints, spans, arena)
+        used = decode_all(ms.buf, offsets, lengths, ints, spans, arena)
         if used >= 0:
             break
         size *= 2
@@ -236,7 +233,7 @@ def decode_messages(sets: list[MessageSet]) -> pl.DataFrame:
         ber.int_column("message", ints[I_APP], pl.Int64)
         .replace_strict(MESSAGE_TYPES, default=None, return_dtype=MESSAGE_ENUM),
         *[ber.int_column(name, ints[k], dtype) for name, (k, dtype) in _INT_COLUMNS.items()],
-        *ber.string_columns(_STR_NAMES, arena, spans),
+        *ber.string_columns(STR_NAMES, arena, spans),
         ber.status_column("decode_error", ints[I_STATUS]),
     ])
     decoded = decoded.with_columns(
@@ -406,12 +403,22 @@ def _logins(tx: pl.DataFrame, params: Params) -> pl.DataFrame:
 
 def message_sets(cap) -> list[MessageSet]:
     """Kerberos message sets of a capture: UDP/88 and TCP/88 (record-marked)."""
-    return shared_message_sets(cap, udp_ports=UDP_PORTS, tcp_framing=TCP_FRAMING, tcp_ports=TCP_PORTS)
+    return protocol_message_sets(cap, PROTOCOL)
 
 
 @frame_builder("kerberos_messages")
 def _build_messages(cap) -> pl.DataFrame:
     return decode_messages(message_sets(cap))
+
+
+def outcome_rules() -> tuple[str, str]:
+    """(what counts as an error, when a request counts as unanswered), from the code tables and Params:
+    ``herdscope stats --help`` and the README (analyzer.stats.outcome_rules)."""
+    kp = Params()
+    return (f"a KRB-ERROR reply, except {named_codes(ERROR_CODES, _CONTINUE_ERRORS, 'and')} when the client "
+            f"goes on with the next step (pre-authentication, TCP) within {unbroken_duration(kp.login_window_ns)}: "
+            f"that step is the protocol working. A PREAUTH_REQUIRED nobody follows up is an error.",
+            f"no AS-REP, TGS-REP or KRB-ERROR on the request's flow within {unbroken_duration(kp.timeout_ns)} of it.")
 
 
 @frame_builder("kerberos_transactions")

@@ -47,28 +47,25 @@ import numpy as np
 import polars as pl
 
 from ..capture import frame_builder
-from ..messages import KEPT_COLUMNS, MessageSet, message_sets as shared_message_sets
+from ..messages import KEPT_COLUMNS, MessageSet, protocol_message_sets
 from ..schema import FRAMES, Column, column, empty_frame, polars_type
 from .protocol import Protocol
 from . import ber
-from .common import TRANSACTION_COMMON
+from .common import TRANSACTION_COMMON, named_codes
 from .ldap_kernels import (  # noqa: F401  (the kernels and their field layout)
     MAX_FILTER_DEPTH, I_ABANDON_ID, I_ATTR_COUNT, I_AUTH, I_CRED_LEN, I_DELETE_OLD_RDN, I_DEREF,
     I_MSGID, I_OP, I_OPAQUE, I_RESULT, I_SASL, I_SCOPE,
     I_SIZE_LIMIT, I_STATUS, I_TIME_LIMIT, I_TYPES_ONLY, I_UNIT, I_VERSION,
-    N_INTS, N_STRS, _count_units, _decode_all, _fill_units)
-
-UDP_PORTS = {389}
-TCP_PORTS = {389, 3268}
-TCP_FRAMING = "ber"
+    N_INTS, N_STRS, count_units, decode_all, fill_units)
 
 PROTOCOL = Protocol(
-    name="ldap", title="LDAP", spec="RFC 4511", udp_ports=tuple(sorted(UDP_PORTS)),
-    tcp_ports=tuple(sorted(TCP_PORTS)), tcp_framing=TCP_FRAMING,  # RFC 4511 §5.1: one BER LDAPMessage after another
+    name="ldap", title="LDAP", spec="RFC 4511", udp_ports=(389,), tcp_ports=(389, 3268),
+    tcp_framing="ber",  # RFC 4511 §5.1: one BER LDAPMessage after another
     frames=("ldap_messages", "ldap_transactions"), transactions="ldap_transactions",
     setup_operations=("bindRequest", "unbindRequest", "abandonRequest"), setup_words="bind",  # RFC 4511 §4.2, §4.3, §4.11
     requests_noun="LDAP requests", work_noun="LDAP operations",
     services={389: "ldap", 636: "ldaps", 3268: "ldap-gc", 3269: "ldaps-gc"},
+    operation_words={"searchRequest": "search"},
 )
 
 # RFC 4511 §4.2 - §4.14 and Appendix B: protocolOp [APPLICATION n] -> name (the ASN.1 identifiers,
@@ -217,7 +214,7 @@ def _kernel(ms: MessageSet):
     if n and (offsets.min() < 0 or (offsets + lengths).max() > ms.buf.shape[0]):
         raise ValueError("message set offsets/lengths outside its buffer")
     counts = np.zeros(n, np.int64)
-    _count_units(ms.buf, offsets, lengths, counts)
+    count_units(ms.buf, offsets, lengths, counts)
     first = np.zeros(n, np.int64)
     if n:
         np.cumsum(counts[:-1], out=first[1:])
@@ -226,14 +223,14 @@ def _kernel(ms: MessageSet):
     u_end = np.empty(total, np.int64)
     u_kind = np.empty(total, np.int64)
     u_msg = np.empty(total, np.int64)
-    _fill_units(ms.buf, offsets, lengths, first, u_start, u_end, u_kind, u_msg)
+    fill_units(ms.buf, offsets, lengths, first, u_start, u_end, u_kind, u_msg)
     u_index = np.arange(total, dtype=np.int64) - first[u_msg] if total else np.zeros(0, np.int64)
     ints = np.empty((N_INTS, total), np.int64)
     spans = np.empty((2 * N_STRS, total), np.int64)
     size = int((u_end - u_start).sum()) * 2 + 64 * total + 1024
     while True:  # strings need at most ~4x their bytes (escapes); grow on the rare overflow
         arena = np.empty(size, np.uint8)
-        used = _decode_all(ms.buf, u_start, u_end, u_kind, u_index, ints, spans, arena)
+        used = decode_all(ms.buf, u_start, u_end, u_kind, u_index, ints, spans, arena)
         if used >= 0:
             break
         size *= 2
@@ -352,12 +349,23 @@ def pair_transactions(messages: pl.DataFrame, params: Params = Params()) -> pl.D
 
 def message_sets(cap) -> list[MessageSet]:
     """LDAP message sets of a capture: CLDAP (UDP/389) and TCP/389, 3268 (BER-framed)."""
-    return shared_message_sets(cap, udp_ports=UDP_PORTS, tcp_framing=TCP_FRAMING, tcp_ports=TCP_PORTS)
+    return protocol_message_sets(cap, PROTOCOL)
 
 
 @frame_builder("ldap_messages")
 def _build_messages(cap) -> pl.DataFrame:
     return decode_messages(message_sets(cap))
+
+
+def outcome_rules() -> tuple[str, str]:
+    """(what counts as an error, when a request counts as unanswered), from the code tables:
+    ``herdscope stats --help`` and the README (analyzer.stats.outcome_rules)."""
+    no_reply = [OPERATIONS[c] for c in NO_RESPONSE_OPS]
+    return (f"a resultCode other than {named_codes(RESULT_CODES, NOT_ERRORS)}: noSuchObject, "
+            f"invalidCredentials, busy and the rest are errors.",
+            f"no response with the request's messageID on its connection before the capture ends (no time "
+            f"limit: persistent and paged searches run for hours); {' and '.join(no_reply)} expect no response "
+            f"and are not counted.")
 
 
 @frame_builder("ldap_transactions")

@@ -45,6 +45,21 @@ class Protocol:
     work_operations: tuple[str, ...] = ()
     requests_noun: str = ""  # plural, in a sentence: "DNS queries", "Kerberos requests"
     work_noun: str = ""  # what conn_churn counts per connection: "LDAP operations", "SMB2 opens"
+    # -- how the detectors' sentences word its requests (empty / () : the generic wording) --
+    # herd: "N clients <request_verb> <resource>" ("queried"); empty: "sent <operation> for"
+    request_verb: str = ""
+    # herd: ... when the clients asked again right as their cached answer expired ("re-queried")
+    repeat_verb: str = ""
+    # retry_storm: "resent <request_word> for <resource>" whatever the operation ("queries");
+    # empty: the operation's name ("AS-REQs", "search requests")
+    request_word: str = ""
+    # operation names a sentence puts in the plural as they are: "sent AS-REQs for"
+    plural_operations: tuple[str, ...] = ()
+    # operation -> the word for one in a sentence where the wire name does not read as one
+    # ("searchRequest" -> "search", "CREATE" -> "open"); others: the name without "Request"
+    operation_words: dict[str, str] = field(default_factory=dict)
+    # the operation qualifies the resource and is written after it: DNS "example.com A" (the QTYPE)
+    operation_after_resource: bool = False
     # port -> service name for info's port table (as tshark's port tables name it)
     services: dict[int, str] = field(default_factory=dict)
 

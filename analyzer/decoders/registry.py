@@ -8,6 +8,8 @@ on the first request for such a frame). Everything that names protocols asks her
     [p.name for p in protocols()]          # ["dns", "kerberos", "ldap", "smb2"]
     transaction_frames()                    # ("dns_transactions", ..., "smb2_transactions")
 
+``module(name)`` is the decoder module that declared it (its ``outcome_rules()`` for ``stats --help``).
+
 Adding a protocol: write ``analyzer/decoders/<name>.py`` with ``PROTOCOL = Protocol(...)`` and its
 ``@frame_builder`` functions, and add its module name to :data:`PROTOCOL_MODULES`.
 """
@@ -15,25 +17,39 @@ from __future__ import annotations
 
 import importlib
 
+from ..capture import FRAME_BUILDERS
+from ..schema import FRAMES
+from ..tcp.framing import FRAMINGS
 from .protocol import Protocol
 
 # The registration: decoder modules of analyzer.decoders, in the order protocols are listed.
 PROTOCOL_MODULES = ("dns", "kerberos", "ldap", "smb2")
 
 _REGISTERED: dict[str, Protocol] = {}
+_MODULES: dict[str, object] = {}  # name -> the decoder module that declared it
 
 
 def register(module) -> Protocol:
     """Register a decoder module (its ``PROTOCOL``); its frame builders registered themselves when it
     was imported. Returns the declaration. Registering the same name again replaces it."""
     proto: Protocol = module.PROTOCOL
+    missing = [f for f in proto.frames if f not in FRAME_BUILDERS]
+    if missing:
+        raise ValueError(f"{proto.name}: no frame builder for {', '.join(missing)} (a @frame_builder in its module)")
+    if proto.tcp_framing is not None and proto.tcp_framing not in FRAMINGS:
+        raise ValueError(f"{proto.name}: tcp_framing {proto.tcp_framing!r} is not one of {', '.join(FRAMINGS)}")
     _REGISTERED[proto.name] = proto
+    _MODULES[proto.name] = module
     return proto
 
 
 def unregister(name: str) -> None:
-    """Forget a protocol (tests that register a throwaway decoder)."""
-    _REGISTERED.pop(name, None)
+    """Forget a protocol and the builders of its frames (tests that register a throwaway decoder)."""
+    proto = _REGISTERED.pop(name, None)
+    _MODULES.pop(name, None)
+    for frame in proto.frames if proto is not None else ():
+        FRAME_BUILDERS.pop(frame, None)
+        FRAMES.pop(frame, None)
 
 
 for _name in PROTOCOL_MODULES:
@@ -51,6 +67,12 @@ def protocol(name: str) -> Protocol:
         return _REGISTERED[name]
     except KeyError:
         raise KeyError(f"no protocol named {name!r}; known: {', '.join(_REGISTERED)}") from None
+
+
+def module(name: str):
+    """The decoder module that declared protocol ``name`` (its ``outcome_rules()``, its builders)."""
+    protocol(name)  # KeyError naming the known ones
+    return _MODULES[name]
 
 
 def transaction_frames() -> tuple[str, ...]:

@@ -24,30 +24,29 @@ import polars as pl
 import pyarrow as pa
 
 from ..capture import frame_builder
-from ..messages import KEPT_COLUMNS, MESSAGE_COLUMNS as _SET_COLUMNS, message_sets as shared_message_sets
+from ..messages import KEPT_COLUMNS, MESSAGE_COLUMNS as _SET_COLUMNS, protocol_message_sets
 from ..messages import MessageSet
 from ..schema import FRAMES, Column, column, empty_frame
 from .protocol import Protocol
 from . import smb2_kernel as k
 from . import smb2_tables as t
+from . import ntstatus
 from .ntstatus import code_names, status_names
 from .smb2_pairing import BREAK_COLUMNS, TRANSACTION_COLUMNS, Params, break_frame, pair_transactions
 from .text import arena_strings
 
-__all__ = ["BREAK_COLUMNS", "MESSAGE_COLUMNS", "TRANSACTION_COLUMNS", "TCP_FRAMING", "TCP_PORTS", "UDP_PORTS",
-           "Params", "break_frame", "decode_messages", "empty_messages", "nbss_message_sets", "pair_transactions"]
-
-TCP_PORTS = (445, 139)
-UDP_PORTS: tuple[int, ...] = ()
-TCP_FRAMING = "nbss"
+__all__ = ["BREAK_COLUMNS", "MESSAGE_COLUMNS", "PROTOCOL", "TRANSACTION_COLUMNS",
+           "Params", "break_frame", "decode_messages", "empty_messages", "message_sets", "nbss_message_sets",
+           "pair_transactions"]
 
 PROTOCOL = Protocol(
-    name="smb2", title="SMB2", spec="MS-SMB2", tcp_ports=TCP_PORTS, tcp_framing=TCP_FRAMING,  # MS-SMB2 2.1
+    name="smb2", title="SMB2", spec="MS-SMB2", tcp_ports=(445, 139), tcp_framing="nbss",  # MS-SMB2 2.1
     frames=("smb2_messages", "smb2_transactions", "smb2_breaks"), transactions="smb2_transactions",
     # MS-SMB2 3.2.4.2: a connection is negotiated, a session set up and a share connected before work
     setup_operations=("NEGOTIATE", "SESSION_SETUP", "TREE_CONNECT", "TREE_DISCONNECT", "LOGOFF", "ECHO", "CANCEL"),
     setup_words="negotiate/session setup", work_operations=("CREATE",),
     requests_noun="SMB2 requests", work_noun="SMB2 opens", services={139: "netbios-ssn", 445: "smb"},
+    operation_words={"CREATE": "open"},
 )
 
 
@@ -178,7 +177,7 @@ MESSAGE_COLUMNS: tuple[Column, ...] = KEPT_COLUMNS + (
 )
 MESSAGE_NAMES = tuple(c.name for c in MESSAGE_COLUMNS)
 
-_UINT64_FIELDS = set(k._U64)
+_UINT64_FIELDS = set(k.U64_FIELDS)
 
 
 def empty_messages() -> pl.DataFrame:
@@ -327,8 +326,26 @@ def decode_messages(sets: Sequence[MessageSet]) -> pl.DataFrame:
 
 # --- registration --------------------------------------------------------------------------------
 
-def nbss_message_sets(cap) -> list[MessageSet]:
-    return shared_message_sets(cap, tcp_framing=TCP_FRAMING, tcp_ports=TCP_PORTS)
+def message_sets(cap) -> list[MessageSet]:
+    """SMB2 message sets of a capture: TCP/445 and 139, NBSS-framed (from PROTOCOL)."""
+    return protocol_message_sets(cap, PROTOCOL)
+
+
+nbss_message_sets = message_sets  # its older name (tests/test_smb2_conformance.py)
+
+
+def outcome_rules() -> tuple[str, str]:
+    """(what counts as an error, when a request counts as unanswered): ``herdscope stats --help`` and
+    the README (analyzer.stats.outcome_rules)."""
+    more = ntstatus.STATUS_MORE_PROCESSING_REQUIRED
+    return (f"a final response whose NTSTATUS has error severity (0xC0000000 and above), except "
+            f"{ntstatus.NTSTATUS[more]} (0x{more:08X}), a step of SESSION_SETUP; "
+            f"warnings (STATUS_BUFFER_OVERFLOW, STATUS_NO_MORE_FILES) are not errors. STATUS_PENDING is an "
+            f"interim response, not the result: the final response counts, and the wait from interim to final "
+            f"has a row of its own.",
+            "no final response with the request's MessageId on its connection before the capture ends (no time "
+            "limit). CANCEL (never answered) and unanswered CHANGE_NOTIFY (pending by design) are not counted; a "
+            "break that needs an acknowledgment and gets none is an unanswered break ack.")
 
 
 FRAMES.setdefault("smb2_messages", MESSAGE_COLUMNS)  # descriptions for ``herdscope export``
@@ -338,7 +355,7 @@ FRAMES.setdefault("smb2_breaks", BREAK_COLUMNS)
 
 @frame_builder("smb2_messages")
 def _build_messages(cap) -> pl.DataFrame:
-    return decode_messages(nbss_message_sets(cap))
+    return decode_messages(message_sets(cap))
 
 
 @frame_builder("smb2_transactions")

@@ -17,6 +17,7 @@ from .. import schema
 from ..capture import frame_builder
 from . import analysis as an
 from .connections import ACK, CONNECTION_DESCRIPTIONS, SYN, assign_connections, connections_frame
+from .framing import tcp_messages
 
 SEGMENT_DESCRIPTIONS = {
     "frame": "frame number of the segment (join key to packets)",
@@ -166,7 +167,5 @@ def _build_connections(cap) -> pl.DataFrame:
     cap.set_frame("tcp_segments", segments)
     return connections
 
-
-from .framing import tcp_messages  # noqa: E402  (needs the frame builders above)
 
 __all__ = ["analyze_segments", "tcp_messages", "tcp_packets"]

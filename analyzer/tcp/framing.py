@@ -11,6 +11,16 @@ Framings (the ``framing`` argument):
   Streams that are not BER are framed too so the decoder can count them as opaque: TLS records (5-byte
   header, content types 20-23) and SASL security-layer buffers (4-byte length, RFC 4422 §3.7); those messages start at
   their own header.
+- ``"rpc_record_mark"``: ONC-RPC over TCP (RFC 5531 §11): a record is one or more fragments, each a
+  4-byte mark (high bit: last fragment of the record; low 31 bits: fragment length) and its bytes; the
+  message is the concatenation of the fragments' bytes, assembled into a contiguous copy (the marks
+  left out). ``frame_first`` is the segment of the first mark, ``frame_last`` that of the record's last
+  byte. Hostile input: a fragment longer than :data:`MAX_RPC_FRAGMENT`, a record longer than
+  :data:`MAX_RPC_MESSAGE` or with more than :data:`MAX_RPC_FRAGMENTS` fragments (zero-length ones
+  count) ends the record there; a record whose last fragment never comes (the stream ends, or a mark
+  falls into a gap) is a message with ``complete`` False, and framing resynchronises after it at the
+  next segment that starts like an RPC call or reply (RFC 5531 §9: msg_type CALL with rpcvers 2, or
+  REPLY). Kerberos's ``"record_mark"`` (one fragment, the high bit reserved) is a framing of its own.
 
 Messages split over many segments and many messages in one segment both work. Only the first
 ``max_copy`` bytes of a message are copied into the message buffer (``length``); ``wire_length`` keeps
@@ -25,14 +35,28 @@ import numpy as np
 import polars as pl
 from numba import njit
 
-from ..messages import TRANSPORTS, MessageSet
+from ..message_set import TRANSPORTS, MessageSet
 from .reassembly import build_pieces
 
-FRAMINGS = {"nbss": 0, "record_mark": 1, "length16": 2, "ber": 3}
+FRAMINGS = {"nbss": 0, "record_mark": 1, "length16": 2, "ber": 3, "rpc_record_mark": 4}
+RPC_RECORD_MARK = FRAMINGS["rpc_record_mark"]
 # Bytes copied per message. SMB2: headers, create contexts and compound elements fit in 8 KiB; the
 # data of READ/WRITE does not need copying (a compound element past 8 KiB is decoded as truncated).
-DEFAULT_MAX_COPY = {"nbss": 8192, "record_mark": 1 << 20, "length16": 65537, "ber": 1 << 20}
+# ONC-RPC: the call/reply header (credentials and verifier at most 400 bytes each, RFC 5531 §8.2) and
+# the procedure's arguments fit in 64 KiB; NFS READ/WRITE data past it is not copied.
+DEFAULT_MAX_COPY = {"nbss": 8192, "record_mark": 1 << 20, "length16": 65537, "ber": 1 << 20,
+                    "rpc_record_mark": 64 << 10}
 MAX_RECORD = 16 << 20  # largest Kerberos record / SASL buffer / BER message taken as plausible
+# ONC-RPC record marking (RFC 5531 §11)
+RPC_LAST_FRAGMENT = 0x80000000  # the mark's high bit: this fragment ends the record
+RPC_FRAGMENT_LENGTH = 0x7FFFFFFF  # the mark's low 31 bits: the fragment's length
+MAX_RPC_FRAGMENT = MAX_RECORD  # longest fragment taken as plausible
+MAX_RPC_MESSAGE = MAX_RECORD  # longest record (sum of its fragments) taken as plausible
+MAX_RPC_FRAGMENTS = 4096  # most fragments in one record (1 MiB NFS WRITEs in 8 KiB fragments are 128)
+RPC_CALL, RPC_REPLY = 0, 1  # RFC 5531 §9 msg_type
+RPC_VERSION = 2  # RFC 5531 §9 rpcvers of a CALL
+# why frame_messages stopped early (the caller retries with more room)
+FULL_NONE, FULL_BUFFER, FULL_MESSAGES = 0, 1, 2
 
 NBSS_SESSION_MESSAGE = 0x00
 NBSS_KEEP_ALIVE = 0x85
@@ -138,6 +162,15 @@ def _looks_like_start(kind, buf, p_start, p_avail, p_off, lo, hi, pos):
         flags_hi = _byte(buf, p_start, p_avail, p_off, lo, hi, pos + 4)
         qd = _read(buf, p_start, p_avail, p_off, lo, hi, pos + 6, 2)
         return v >= 12 and flags_hi >= 0 and ((flags_hi >> 3) & 0xF) in (0, 4, 5) and 0 <= qd <= 1
+    if kind == RPC_RECORD_MARK:  # a first fragment holding at least xid and msg_type (RFC 5531 §9)
+        v = _read(buf, p_start, p_avail, p_off, lo, hi, pos, 4)
+        if v < 0 or not 8 <= (v & RPC_FRAGMENT_LENGTH) <= MAX_RPC_FRAGMENT:
+            return False
+        mtype = _read(buf, p_start, p_avail, p_off, lo, hi, pos + 8, 4)
+        if mtype == RPC_CALL:
+            return (v & RPC_FRAGMENT_LENGTH) >= 12 and _read(buf, p_start, p_avail, p_off, lo, hi, pos + 12,
+                                                              4) == RPC_VERSION
+        return mtype == RPC_REPLY
     hdr, body, _, _ = _header(3, buf, p_start, p_avail, p_off, lo, hi, pos)
     if hdr < 0:
         return False
@@ -146,12 +179,85 @@ def _looks_like_start(kind, buf, p_start, p_avail, p_off, lo, hi, pos):
     return _byte(buf, p_start, p_avail, p_off, lo, hi, pos + hdr) == 0x02  # messageID INTEGER
 
 
+@njit(cache=True)  # a slice copy may need the runtime (a temporary when source and target could overlap)
+def _copy_span(buf, p_start, p_avail, p_off, lo, hi, x, limit, out_buf, at):
+    """Copy the stream bytes [x, limit) to out_buf[at:] while they are captured; the position reached
+    (limit, or the first byte missing)."""
+    while x < limit:
+        k = _locate(p_start, lo, hi, x)
+        if k < lo or x >= p_avail[k]:
+            break
+        y = min(p_avail[k], limit)
+        src = p_off[k] + (x - p_start[k])
+        out_buf[at:at + (y - x)] = buf[src:src + (y - x)]
+        at += y - x
+        x = y
+    return x
+
+
+@njit(cache=True, _nrt=False)  # allocates nothing: no refcounting of array args
+def _captured_until(p_start, p_avail, lo, hi, x, stop):
+    """The first stream position in [x, stop) whose byte was not captured, or stop."""
+    while x < stop:
+        k = _locate(p_start, lo, hi, x)
+        if k < lo or x >= p_avail[k]:
+            return x
+        x = p_avail[k]
+    return stop
+
+
+@njit(cache=True)
+def _rpc_record(buf, p_start, p_avail, p_off, lo, hi, pos, end, max_copy, out_buf, at):
+    """One ONC-RPC record starting at stream position pos (RFC 5531 §11), its fragments' bytes copied
+    to out_buf[at:] (at most max_copy, and only while contiguous). Returns (stream bytes the record
+    spans, -1 when no record mark starts at pos; message bytes on the wire; bytes copied; every byte
+    captured and the last fragment seen; out of room in out_buf)."""
+    x = pos
+    wire = np.int64(0)
+    copied = np.int64(0)
+    whole = True
+    copying = True
+    ended = False
+    n_frag = 0
+    while x < end:
+        v = _read(buf, p_start, p_avail, p_off, lo, hi, x, 4)
+        flen = v & RPC_FRAGMENT_LENGTH
+        if v < 0 or flen > MAX_RPC_FRAGMENT or wire + flen > MAX_RPC_MESSAGE or n_frag >= MAX_RPC_FRAGMENTS:
+            break  # a mark lost in a gap or implausible: the record ends unfinished here
+        body = x + 4
+        reached = body
+        if copying and copied < max_copy:
+            limit = body + min(flen, max_copy - copied)
+            if at + copied + (limit - body) > out_buf.shape[0]:
+                return 0, 0, 0, False, True
+            reached = _copy_span(buf, p_start, p_avail, p_off, lo, hi, body, limit, out_buf, at + copied)
+            copied += reached - body
+            copying = reached >= limit  # after a hole later bytes cannot follow contiguously
+        elif copying:
+            reached = body + flen  # past the copy limit: only whether it was captured matters
+            if whole:
+                reached = _captured_until(p_start, p_avail, lo, hi, body, body + flen)
+        if whole:
+            whole = _captured_until(p_start, p_avail, lo, hi, reached, body + flen) >= body + flen
+        wire += flen
+        n_frag += 1
+        x = body + flen
+        if v & RPC_LAST_FRAGMENT:
+            ended = True
+            break
+    if n_frag == 0:
+        return -1, 0, 0, False, False
+    return x - pos, wire, copied, whole and ended, False
+
+
 @njit(cache=True)
 def frame_messages(kind, buf, p_dir, p_start, p_end, p_avail, p_off, p_frame, p_ts, dir_lo, dir_hi,
-                   stream_end, verify_first, max_copy, out_buf):
-    """Frame every direction. dir_lo/dir_hi: piece index range per direction (sorted by start)."""
+                   stream_end, verify_first, max_copy, out_buf, msg_cap):
+    """Frame every direction. dir_lo/dir_hi: piece index range per direction (sorted by start). Room for
+    msg_cap messages and out_buf's bytes; when either runs out framing stops and ``full`` says which
+    (FULL_BUFFER / FULL_MESSAGES) so the caller can retry with more."""
     n_dirs = dir_lo.shape[0]
-    cap = p_dir.shape[0] * 2 + 16
+    cap = msg_cap
     m_dir = np.empty(cap, np.int64)
     m_stream = np.empty(cap, np.int64)
     m_off = np.empty(cap, np.int64)
@@ -167,6 +273,7 @@ def frame_messages(kind, buf, p_dir, p_start, p_end, p_avail, p_off, p_frame, p_
     gave_up = np.zeros(n_dirs, np.bool_)
     nm = 0
     used = np.int64(0)
+    full = FULL_NONE
     for d in range(n_dirs):
         lo, hi = dir_lo[d], dir_hi[d]
         if lo >= hi:
@@ -175,11 +282,24 @@ def frame_messages(kind, buf, p_dir, p_start, p_end, p_avail, p_off, p_frame, p_
         pos = p_start[lo]
         need_check = verify_first[d]
         while pos < end:
-            hdr, body, moff, emit = np.int64(-1), np.int64(0), np.int64(0), False
+            total, mstart, mlen, copied, whole, emit = np.int64(-1), np.int64(0), np.int64(0), np.int64(0), False, False
             if not need_check or _looks_like_start(kind, buf, p_start, p_avail, p_off, lo, hi, pos):
-                hdr, body, moff, emit = _header(kind, buf, p_start, p_avail, p_off, lo, hi, pos)
+                if kind == RPC_RECORD_MARK:
+                    if nm >= cap:
+                        full = FULL_MESSAGES
+                        break
+                    total, mlen, copied, whole, out_of_room = _rpc_record(
+                        buf, p_start, p_avail, p_off, lo, hi, pos, end, max_copy, out_buf, used)
+                    if out_of_room:
+                        full = FULL_BUFFER
+                        break
+                    mstart, emit = pos, True
+                else:
+                    hdr, body, moff, emit = _header(kind, buf, p_start, p_avail, p_off, lo, hi, pos)
+                    if hdr >= 0:
+                        total, mstart, mlen = hdr + body, pos + moff, hdr + body - moff
             need_check = False
-            if hdr < 0:
+            if total < 0:
                 # resynchronise at the next piece that starts a plausible message
                 k = _locate(p_start, lo, hi, pos) + 1
                 while k < hi and not _looks_like_start(kind, buf, p_start, p_avail, p_off, lo, hi, p_start[k]):
@@ -192,33 +312,20 @@ def frame_messages(kind, buf, p_dir, p_start, p_end, p_avail, p_off, p_frame, p_
                 resyncs[d] += 1
                 pos = p_start[k]
                 continue
-            total = hdr + body
             if emit:
                 if nm >= cap:
+                    full = FULL_MESSAGES
                     break
-                mstart = pos + moff
-                mlen = total - moff
-                # copy the available prefix, at most max_copy bytes
-                copied = np.int64(0)
-                x = mstart
-                limit = mstart + min(mlen, max_copy)
-                while x < limit:
-                    k = _locate(p_start, lo, hi, x)
-                    if k < lo or x >= p_avail[k]:
+                if kind != RPC_RECORD_MARK:
+                    # copy the available prefix, at most max_copy bytes
+                    limit = mstart + min(mlen, max_copy)
+                    if used + (limit - mstart) > out_buf.shape[0]:
+                        full = FULL_BUFFER
                         break
-                    y = min(p_avail[k], limit)
-                    src = p_off[k] + (x - p_start[k])
-                    out_buf[used + copied:used + copied + (y - x)] = buf[src:src + (y - x)]
-                    copied += y - x
-                    x = y
-                # every byte captured? (checked past the copy limit without copying)
-                whole = x >= mstart + mlen or x >= limit
-                while whole and x < mstart + mlen:
-                    k = _locate(p_start, lo, hi, x)
-                    if k < lo or x >= p_avail[k]:
-                        whole = False
-                    else:
-                        x = p_avail[k]
+                    x = _copy_span(buf, p_start, p_avail, p_off, lo, hi, mstart, limit, out_buf, used)
+                    copied = x - mstart
+                    # every byte captured? (checked past the copy limit without copying)
+                    whole = x >= limit and _captured_until(p_start, p_avail, lo, hi, x, mstart + mlen) >= mstart + mlen
                 kf = _locate(p_start, lo, hi, pos)
                 last = min(pos + total, end) - 1
                 kl = _locate(p_start, lo, hi, last)
@@ -231,12 +338,24 @@ def frame_messages(kind, buf, p_dir, p_start, p_end, p_avail, p_off, p_frame, p_
                 m_fl[nm] = p_frame[kl]
                 m_tf[nm] = p_ts[kf]
                 m_tl[nm] = p_ts[kl]
-                m_all[nm] = whole and x >= mstart + mlen
+                m_all[nm] = whole
                 used += copied
                 nm += 1
             pos += total
+        if full != FULL_NONE:
+            break
     return (m_dir[:nm], m_stream[:nm], m_off[:nm], m_len[:nm], m_wire[:nm], m_ff[:nm], m_fl[:nm], m_tf[:nm],
-            m_tl[:nm], m_all[:nm], resyncs, skipped, gave_up, used)
+            m_tl[:nm], m_all[:nm], resyncs, skipped, gave_up, used, full)
+
+
+def _flipped(ports) -> pl.Expr:
+    """Per connection: the "service_port" rule names analyzer.tcp's server the client (it sends to the
+    service port and the connection's client does not)."""
+    to_server = pl.col("server_port").is_in(ports) & ~(pl.col("client_port").is_in(ports)
+                                                      & (pl.col("client_port") < pl.col("server_port")))
+    to_client = pl.col("client_port").is_in(ports) & ~(pl.col("server_port").is_in(ports)
+                                                      & (pl.col("server_port") < pl.col("client_port")))
+    return ~to_server & to_client
 
 
 def _payload_segments(cap) -> pl.DataFrame:
@@ -255,8 +374,19 @@ def _payload_segments(cap) -> pl.DataFrame:
     return cap.memo("tcp_payload_segments", build)
 
 
-def tcp_messages(cap, framing: str, service_ports: set[int], *, max_copy: int | None = None) -> list[MessageSet]:
-    """Messages of the TCP connections to or from ``service_ports``, framed with ``framing``."""
+CLIENT_SIDE_RULES = ("service_port", "connection_initiator")  # what TCP can tell without the bytes
+
+
+def tcp_messages(cap, framing: str, service_ports: set[int], *, max_copy: int | None = None,
+                 client_side: str = "service_port") -> list[MessageSet]:
+    """Messages of the TCP connections to or from ``service_ports``, framed with ``framing``.
+
+    ``client_side`` decides ``from_client``: "service_port", the side sending to a service port (the
+    lower one when both ends use one; the same port at both ends: as "connection_initiator");
+    "connection_initiator", the connection's client as analyzer.tcp decides it (the SYN sender; without
+    the handshake the receiver of the SYN/ACK, else the higher port)."""
+    if client_side not in CLIENT_SIDE_RULES:
+        raise ValueError(f"client_side {client_side!r}: expected one of {', '.join(CLIENT_SIDE_RULES)}")
     kind = FRAMINGS[framing]
     max_copy = DEFAULT_MAX_COPY[framing] if max_copy is None else max_copy
     conns = cap.frame("connections")
@@ -287,11 +417,27 @@ def tcp_messages(cap, framing: str, service_ports: set[int], *, max_copy: int | 
     saw_syn = segs.group_by("dir").agg(((pl.col("tcp_flags") & 0x02) != 0).any().alias("syn"))
     syn_by_dir = dict(zip(saw_syn["dir"].to_list(), saw_syn["syn"].to_list()))
     verify_first = np.array([not syn_by_dir.get(int(d), False) for d in dirs.to_list()], np.bool_)
+    # room for the usual case (a message or two per segment); when many small messages share a segment
+    # it runs out and framing is redone with more: bytes, at once every captured byte (a stream byte is
+    # copied at most once); messages, doubled up to one per 2 captured bytes (the shortest header, BER's,
+    # is 2 bytes and every message's header was captured) plus one per segment
+    captured = int((p_avail - p_start).clip(min=0).sum())
+    most_messages = captured // 2 + p_dir.shape[0] + 16
     capacity = int(np.minimum(p_avail - p_start, max_copy).clip(min=0).sum()) + 16
-    out_buf = np.empty(capacity, np.uint8)
-    (m_dir, m_stream, m_off, m_len, m_wire, m_ff, m_fl, m_tf, m_tl, m_all, resyncs, skipped, gave_up,
-     used) = frame_messages(kind, cap.buf, p_dir, p_start, p_end, p_avail, p_off, p_frame, p_ts, dir_lo, dir_hi,
-                            stream_end, verify_first, max_copy, out_buf)
+    msg_cap = p_dir.shape[0] * 2 + 16
+    while True:
+        out_buf = np.empty(capacity, np.uint8)
+        (m_dir, m_stream, m_off, m_len, m_wire, m_ff, m_fl, m_tf, m_tl, m_all, resyncs, skipped, gave_up,
+         used, full) = frame_messages(kind, cap.buf, p_dir, p_start, p_end, p_avail, p_off, p_frame, p_ts, dir_lo,
+                                      dir_hi, stream_end, verify_first, max_copy, out_buf, msg_cap)
+        if full == FULL_BUFFER:
+            capacity = max(capacity * 2, captured + 16)
+        elif full == FULL_MESSAGES:
+            if msg_cap >= most_messages:
+                raise AssertionError("framing: more messages than captured headers")  # cannot happen
+            msg_cap = min(msg_cap * 2, most_messages)
+        else:
+            break
     dir_values = dirs.to_numpy()[m_dir]
     msgs = pl.DataFrame({
         "conn": (dir_values // 2).astype(np.uint32), "from_client": (dir_values % 2) == 0,
@@ -300,9 +446,12 @@ def tcp_messages(cap, framing: str, service_ports: set[int], *, max_copy: int | 
         "length": m_len.astype(np.uint32), "wire_length": m_wire.astype(np.uint32),
         "stream_offset": m_stream, "complete": m_all,
     })
-    msgs = msgs.join(wanted.select("conn", "client", "client_port", "server", "server_port"), on="conn", how="left")
+    flip = _flipped(ports) if client_side == "service_port" else pl.lit(False)
+    sides = wanted.select("conn", "client", "client_port", "server", "server_port", flip.alias("flip"))
+    msgs = msgs.join(sides, on="conn", how="left")
     frame = msgs.select(
-        pl.lit("tcp").cast(TRANSPORTS).alias("transport"), pl.col("conn").alias("flow"), "from_client",
+        pl.lit("tcp").cast(TRANSPORTS).alias("transport"), pl.col("conn").alias("flow"),
+        (pl.col("from_client") != pl.col("flip")).alias("from_client"),
         pl.when(pl.col("from_client")).then(pl.col("client")).otherwise(pl.col("server")).alias("src"),
         pl.when(pl.col("from_client")).then(pl.col("server")).otherwise(pl.col("client")).alias("dst"),
         pl.when(pl.col("from_client")).then(pl.col("client_port")).otherwise(pl.col("server_port")).alias("sport"),
@@ -314,5 +463,6 @@ def tcp_messages(cap, framing: str, service_ports: set[int], *, max_copy: int | 
         "stream_bytes": stream_end, "hole_bytes": hole_bytes, "uncaptured_bytes": uncaptured,
         "duplicate_bytes": dup, "conflict_bytes": conflict, "resyncs": resyncs, "skipped_bytes": skipped,
         "gave_up": gave_up,
-    })
+    }).join(sides.select("conn", "flip"), on="conn", how="left").with_columns(
+        (pl.col("from_client") != pl.col("flip")).alias("from_client")).drop("flip")
     return [MessageSet(frame, out_buf[:used], stats)] if frame.height else []

@@ -13,6 +13,7 @@ import math
 import altair as alt
 import polars as pl
 
+from analyzer.durations import fmt_ns
 from detectors.base import SEVERITIES
 
 MAX_ROWS = 4000  # rows per dataset in one chart
@@ -72,9 +73,9 @@ def data_range(view_ns: tuple[int, int], extent_ns: tuple[int, int] | None,
 
 def zoom_note(view_ns: tuple[int, int], window_ns: tuple[int, int] | None) -> str:
     """The subtitle line that says the chart is zoomed and how to zoom out."""
-    what = (f"the finding's {fmt_duration_ns(window_ns[1] - window_ns[0])} window"
+    what = (f"the finding's {fmt_ns(window_ns[1] - window_ns[0])} window"
             if window_ns is not None else "the finding")
-    return (f"zoomed on {what} ± context ({fmt_duration_ns(view_ns[1] - view_ns[0])} shown): scroll to zoom "
+    return (f"zoomed on {what} ± context ({fmt_ns(view_ns[1] - view_ns[0])} shown): scroll to zoom "
             f"out, drag to pan, double-click to come back")
 
 
@@ -104,13 +105,6 @@ def x_scale(view, t0_ns) -> alt.Scale:
     """The x scale of a chart opening on ``view`` (ns), or the data's own range without one."""
     return alt.Scale(domain=list(seconds_domain(view[0], view[1], t0_ns)), nice=False) if view \
         else alt.Scale(zero=False)
-
-
-def fmt_duration_ns(ns: float) -> str:
-    """The same words as the explanations (:func:`analyzer.durations.fmt_ns`)."""
-    from analyzer.durations import fmt_ns
-
-    return fmt_ns(ns)
 
 
 def thin(frame: pl.DataFrame, max_rows: int = MAX_ROWS, keep: pl.Expr | None = None,

@@ -4,6 +4,8 @@ from __future__ import annotations
 import altair as alt  # discrete axes get alt.Step heights: Streamlit does not honour a fixed height there
 import polars as pl
 
+from detectors import worst_first
+
 from .base import TIME_TITLE, empty, finish, severity_scale
 
 TIMELINE_MAX_FINDINGS = 300
@@ -30,7 +32,7 @@ def findings_timeline(findings: pl.DataFrame, *, t0_ns: int, t1_ns: int,
         return empty("No findings in this capture.", "Findings timeline")
     notes = []
     span_s = max((t1_ns - t0_ns) / 1e9, 1e-6)
-    ordered = findings.sort(pl.col("severity").to_physical(), "start_ns", descending=[True, False])
+    ordered = worst_first(findings)
     if ordered.height > max_findings:
         notes.append(f"sampled: the {max_findings} most severe of {ordered.height:,} findings shown")
         ordered = ordered.head(max_findings)

@@ -11,6 +11,8 @@ import altair as alt
 import numpy as np
 import polars as pl
 
+from analyzer.durations import fmt_ns
+
 from .base import MAX_ROWS, TIME_TITLE, empty, finish, nice_bin_ns
 
 MAX_SERIES = 8
@@ -103,7 +105,7 @@ def latency_over_time(tx: pl.DataFrame, *, t0_ns: int, title: str = "Latency ove
                  .sort("series", "stat", "bin"))
         stats, thin_note = _cap_rows(stats, max_points)
         notes += [f"aggregated: {answered.height:,} transactions → p50/p99/max per "
-                  f"{bin_ns / 1e6:g} ms bin", thin_note]
+                  f"{fmt_ns(bin_ns)} bin", thin_note]
         chart = alt.Chart(stats).mark_line(point=alt.OverlayMarkDef(size=12)).encode(
             x=alt.X("t_s:Q", title=TIME_TITLE), y=y, color=alt.Color("series:N", title=None),
             strokeDash=alt.StrokeDash("stat:N", title="per bin", sort=["p50", "p99", "max"]),

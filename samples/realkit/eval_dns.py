@@ -38,7 +38,7 @@ from . import facts, scen_dns
 from .core import Lab, deb_version, first_packet_time, wait_for
 from .eval_common import (ALL_DETECTORS, add_addresses, capture, capture_name, healthy_twin, new_entry,
                           pathological)
-from .scen_dns import AUTH, RESOLVER, _probe, _start_dnsmasq, _start_nsd, _Stub
+from .scen_dns import AUTH, RESOLVER, probe, start_dnsmasq, start_nsd, Stub
 
 UPSTREAM_DELAY_MS = 30.0   # one-way delay resolver <-> authoritative in the BIND scenario
 
@@ -110,7 +110,7 @@ def _setup_flat(lab: Lab, n_addrs: int):
 
 
 # --------------------------------------------------------------------------- clients
-def _client_loop(stub: _Stub, name: str, t_base: float, start: float, phase: float,
+def _client_loop(stub: Stub, name: str, t_base: float, start: float, phase: float,
                  use_every: float, rounds: int, healthy: bool, jitter: list[float],
                  ttl_default: int) -> list[list]:
     """One client: look the name up, cache it, ask again at expiry. Rows:
@@ -259,17 +259,17 @@ def run_herd(lab: Lab, out: Path, fname: str, healthy: bool, resolver: str, n_ad
     link = None
     if resolver == "bind":
         srv, lan, auth, link = _setup_bind(lab, n_addrs, UPSTREAM_DELAY_MS)
-        _start_nsd(lab, auth, 0, extra=f"{name.split('.')[0]} {ttl} IN A 10.77.9.11\n")
+        start_nsd(lab, auth, 0, extra=f"{name.split('.')[0]} {ttl} IN A 10.77.9.11\n")
         start_named(lab, srv)
     else:
         srv, lan = _setup_flat(lab, n_addrs)
-        _start_nsd(lab, lan, 0, extra=f"{name.split('.')[0]} {ttl} IN A 10.77.9.11\n")
-        _start_dnsmasq(lab, srv, cache_size=1000)
-    wait_for(lambda: _probe(lan, RESOLVER, "ns1.corp.example", src=addr(1, 0)), 20,
+        start_nsd(lab, lan, 0, extra=f"{name.split('.')[0]} {ttl} IN A 10.77.9.11\n")
+        start_dnsmasq(lab, srv, cache_size=1000)
+    wait_for(lambda: probe(lan, RESOLVER, "ns1.corp.example", src=addr(1, 0)), 20,
              f"{resolver} to answer")
     time.sleep(1.0)
     cap = capture(lab, srv, "r0", out / fname)
-    stubs = [_Stub(lan, addr(1, i // per_addr)) for i in range(n)]
+    stubs = [Stub(lan, addr(1, i // per_addr)) for i in range(n)]
     starts = [rng.uniform(*start_window) for _ in range(n)]
     phases = [rng.uniform(0, use_every) for _ in range(n)]
     jit = [[rng.uniform(0.6, 1.0) for _ in range(rounds)] for _ in range(n)]
@@ -473,16 +473,16 @@ def build_storm_unbound(lab: Lab, out: Path, healthy: bool) -> dict:
     """realkit/scen_dns.py's retry storm (clients resend on a fixed timer while nsd is
     SIGSTOPped) with unbound (caching, iterator) as the resolver instead of dnsmasq, 30
     clients, a 200 ms timer and an 8 s outage. scen_dns.run_retry_storm starts its resolver
-    through scen_dns._start_dnsmasq; that name is pointed at scen_dns._start_unbound for the
+    through scen_dns.start_dnsmasq; that name is pointed at scen_dns.start_unbound for the
     duration of the call (and restored after it)."""
     scen = "dns-retry-storm-unbound"
     fname = capture_name(scen, healthy)
-    saved = scen_dns._start_dnsmasq
-    scen_dns._start_dnsmasq = lambda lab_, srv, cache_size=0: scen_dns._start_unbound(lab_, srv)
+    saved = scen_dns.start_dnsmasq
+    scen_dns.start_dnsmasq = lambda lab_, srv, cache_size=0: scen_dns.start_unbound(lab_, srv)
     try:
         r = scen_dns.run_retry_storm(lab, out, healthy, **STORM)
     finally:
-        scen_dns._start_dnsmasq = saved
+        scen_dns.start_dnsmasq = saved
     (out / r["fname"]).rename(out / fname)
     s = scen_dns.storm_summary(r)
     s["capture_dropped"] = r["stats"].get("dropped_by_kernel", -1)

@@ -36,13 +36,13 @@ PRINCIPAL = f"svc-train@{REALM}"
 SERVICE = f"HTTP/feature-store.corp.example@{REALM}"
 HEIMDAL_KDC_BIN = "/usr/lib/heimdal-servers/kdc"
 PRESPAWN_S = 3.0   # the workers' kinit processes are started this long before the schedule
-CLIENT_CONF = dict(admin_server=False, ticket_enctypes=True)   # scen_krb._krb5_conf's options
+CLIENT_CONF = dict(admin_server=False, ticket_enctypes=True)   # scen_krb.write_krb5_conf's options
 
 
 def _client_conf(path: Path, tcp: bool, heimdal: bool = False) -> None:
     # MIT honours udp_preference_limit = 1; Heimdal's library does not: it is told with a
     # tcp/ prefix on the KDC address instead
-    scen_krb._krb5_conf(path, tcp, kdc=f"tcp/{KDC}" if tcp and heimdal else KDC, **CLIENT_CONF)
+    scen_krb.write_krb5_conf(path, tcp, kdc=f"tcp/{KDC}" if tcp and heimdal else KDC, **CLIENT_CONF)
 
 
 def _mit_kdc(lab: Lab, ns, d: Path, keytab: Path) -> Path:

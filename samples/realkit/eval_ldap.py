@@ -30,7 +30,7 @@ POOL_WARMUP = 8.0   # healthy twin: the pooled connections open spread over this
 def run_population(lab: Lab, out: Path, fname: str, healthy: bool, n_hosts: int = 40,
                    per_host: int = 10, interval: float = 0.25, seed: int = 41) -> dict:
     rng = random.Random(seed)
-    srv, lan = scen_ldap._setup(lab, n_hosts)
+    srv, lan = scen_ldap.setup_directory(lab, n_hosts)
     scen_ldap.start_slapd(lab, srv)
     cap = capture(lab, srv, "l0", out / fname)
     phases = [rng.uniform(0, interval) for _ in range(n_hosts)]
@@ -49,13 +49,13 @@ def run_population(lab: Lab, out: Path, fname: str, healthy: bool, n_hosts: int 
         if healthy:
             time.sleep(max(0.0, t_base - POOL_WARMUP - 0.5 + warm[h] - time.time()))
             with lan:
-                pooled = scen_ldap._conn(src)
+                pooled = scen_ldap.bind_connection(src)
         for k, uid in enumerate(wanted[h]):
             time.sleep(max(0.0, t_base + phases[h] + k * interval - time.time()))
             t0 = time.time()
             if pooled is None:
                 with lan:
-                    c = scen_ldap._conn(src)      # connect + bind for every search
+                    c = scen_ldap.bind_connection(src)      # connect + bind for every search
             else:
                 c = pooled
             c.search(f"ou=people,{BASE}", f"(uid={uid})", attributes=["mail", "cn"])

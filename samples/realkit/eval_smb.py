@@ -25,7 +25,7 @@ def build_queue12(lab: Lab, out: Path, healthy: bool) -> dict:
     (out / r["fname"]).rename(out / fname)
     t0, ws = r["t_first"], r["waiters"]
     waits = [round((w["t_done"] - w["t_send"]) * 1000, 1) for w in ws]
-    made = scen_smb._made(
+    made = scen_smb.made_text(
         f"Client A (10.77.4.1) holds a batch oplock on {r['path']}; {len(ws)} other clients "
         f"(10.77.4.2-{len(ws) + 1}) open it for reading {r['spacing'] * 1000:.0f} ms apart; "
         + ("A acknowledges the break at once." if healthy else
@@ -48,7 +48,7 @@ def build_queue12(lab: Lab, out: Path, healthy: bool) -> dict:
         silent=["herd", "retry_storm", "tcp_stall", "toctou", "conn_churn"], expect=[dict(
         detector="smb_break_queue", kind="slow_ack", min_severity="medium",
         start_s=round(br["t_break"] - t0, 3), tolerance_s=0.3, client="", server=scen_smb.SMBD,
-        resource=scen_smb._res(r["path"]), count=1, count_tolerance=0,
+        resource=scen_smb.share_resource(r["path"]), count=1, count_tolerance=0,
         measured=dict(holder=r["holder"]["client"], waiters=len(queued),
                       waiter_clients=[w["client"] for w in queued],
                       break_to_ack_ms=round((br["t_ack"] - br["t_break"]) * 1000, 1),

@@ -61,7 +61,8 @@ def _setup(lab: Lab, n_clients: int):
     return srv, lan
 
 
-def _start_nsd(lab: Lab, lan, n_hosts: int, extra: str = ""):
+def start_nsd(lab: Lab, lan, n_hosts: int, extra: str = ""):
+    """Start nsd, the zone's authoritative server, on AUTH with ``n_hosts`` host records (and ``extra`` zone lines)."""
     d = lab.workdir / "nsd"
     d.mkdir(exist_ok=True)
     (d / "corp.example.zone").write_text(_zone_text(n_hosts) + extra)
@@ -87,11 +88,12 @@ zone:
     zonefile: "corp.example.zone"
 """)
     p = lab.spawn(lan, "nsd", ["nsd", "-d", "-c", str(conf)])
-    wait_for(lambda: _probe(lan, AUTH, "ns1.corp.example", rd=False), 10, "nsd to answer")
+    wait_for(lambda: probe(lan, AUTH, "ns1.corp.example", rd=False), 10, "nsd to answer")
     return p
 
 
-def _start_unbound(lab: Lab, srv):
+def start_unbound(lab: Lab, srv):
+    """Start unbound, a caching resolver forwarding the zone to AUTH, on RESOLVER."""
     d = lab.workdir / "unbound"
     d.mkdir(exist_ok=True)
     conf = d / "unbound.conf"
@@ -127,7 +129,8 @@ remote-control:
     return p
 
 
-def _start_dnsmasq(lab: Lab, srv, cache_size: int = 0):
+def start_dnsmasq(lab: Lab, srv, cache_size: int = 0):
+    """Start dnsmasq, a forwarder for the zone to AUTH with ``cache_size`` entries (0: no cache), on RESOLVER."""
     d = lab.workdir / "dnsmasq"
     d.mkdir(exist_ok=True)
     argv = ["dnsmasq", "--keep-in-foreground", "--log-facility=-", "--no-resolv", "--no-hosts",
@@ -138,7 +141,8 @@ def _start_dnsmasq(lab: Lab, srv, cache_size: int = 0):
     return lab.spawn(srv, "dnsmasq", argv)
 
 
-def _probe(ns, server: str, name: str, rd: bool = True, src: str | None = None) -> bool:
+def probe(ns, server: str, name: str, rd: bool = True, src: str | None = None) -> bool:
+    """True when ``server`` answers an A query for ``name`` with NOERROR (from ``src``, inside namespace ``ns``)."""
     with ns:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
@@ -160,7 +164,7 @@ def _probe(ns, server: str, name: str, rd: bool = True, src: str | None = None) 
 import dns.flags  # noqa: E402  (after the helpers so the import order reads naturally)
 
 
-class _Stub:
+class Stub:
     """One client's UDP socket, bound to its own address (created inside the lan namespace)."""
 
     def __init__(self, ns, src: str):
@@ -191,9 +195,9 @@ def run_ttl_herd(lab: Lab, out: Path, healthy: bool, n_clients: int = 60, rounds
                  seed: int = 5) -> dict:
     rng = random.Random(seed)
     srv, lan = _setup(lab, n_clients)
-    _start_nsd(lab, lan, 0)
-    _start_unbound(lab, srv)
-    wait_for(lambda: _probe(lan, RESOLVER, "ns1.corp.example", src=client_addr(0)), 10,
+    start_nsd(lab, lan, 0)
+    start_unbound(lab, srv)
+    wait_for(lambda: probe(lan, RESOLVER, "ns1.corp.example", src=client_addr(0)), 10,
              "unbound to answer")
     time.sleep(1.5)  # let the probe's cache entry age out of the picture (different name anyway)
     fname = "dns-ttl-herd-healthy.pcap" if healthy else "dns-ttl-herd.pcap"
@@ -204,7 +208,7 @@ def run_ttl_herd(lab: Lab, out: Path, healthy: bool, n_clients: int = 60, rounds
     log_rows: list[tuple] = []  # (client, round, t_send, t_recv, ttl)
     lock = threading.Lock()
     t_base = time.time()
-    stubs = [_Stub(lan, client_addr(i)) for i in range(n_clients)]
+    stubs = [Stub(lan, client_addr(i)) for i in range(n_clients)]
 
     def client(i: int):
         # Each client uses the name every USE_EVERY seconds (own phase) through a local cache.
@@ -275,9 +279,9 @@ def run_retry_storm(lab: Lab, out: Path, healthy: bool, n_clients: int = 20,
     """
     rng = random.Random(seed)
     srv, lan = _setup(lab, n_clients)
-    nsd = _start_nsd(lab, lan, 0, extra="db 5 IN A 10.77.9.20\n")
-    _start_dnsmasq(lab, srv)
-    wait_for(lambda: _probe(lan, RESOLVER, STORM_NAME, src=client_addr(0)), 10,
+    nsd = start_nsd(lab, lan, 0, extra="db 5 IN A 10.77.9.20\n")
+    start_dnsmasq(lab, srv)
+    wait_for(lambda: probe(lan, RESOLVER, STORM_NAME, src=client_addr(0)), 10,
              "dnsmasq to answer")
     time.sleep(1.0)
     fname = "dns-retry-storm-healthy.pcap" if healthy else "dns-retry-storm.pcap"
@@ -286,7 +290,7 @@ def run_retry_storm(lab: Lab, out: Path, healthy: bool, n_clients: int = 20,
     jit = random.Random(seed + 1)
     rows: list[tuple] = []  # (client, lookup, try, t_send, answered_at or None)
     lock = threading.Lock()
-    stubs = [_Stub(lan, client_addr(i)) for i in range(n_clients)]
+    stubs = [Stub(lan, client_addr(i)) for i in range(n_clients)]
     t_base = time.time()
     t_end = t_base + duration
 

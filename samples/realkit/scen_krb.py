@@ -29,7 +29,7 @@ def client_addr(i: int) -> str:
     return f"10.77.2.{i + 1}"
 
 
-def _krb5_conf(path: Path, tcp: bool, kdc: str = KDC, admin_server: bool = True,
+def write_krb5_conf(path: Path, tcp: bool, kdc: str = KDC, admin_server: bool = True,
                ticket_enctypes: bool = False) -> None:
     """The clients' krb5.conf: UDP, or TCP (udp_preference_limit = 1); KDC as the realm's kdc
     line (realkit/eval_krb.py's Heimdal clients need a tcp/ prefix there); optionally without
@@ -61,7 +61,7 @@ def start_mit_kdc(lab: Lab, kdc_ns, d: Path, kadmin_cmds: list[str], master_pw: 
                   log_name: str = "krb5kdc.log", renewable: bool = True,
                   **client_conf) -> tuple[subprocess.Popen, Path]:
     """MIT krb5kdc on KDC in KDC_NS, its database, stash and logs in D, its principals made with
-    KADMIN_CMDS (kadmin.local); D/krb5.conf is ``_krb5_conf(tcp=False, **CLIENT_CONF)``.
+    KADMIN_CMDS (kadmin.local); D/krb5.conf is ``write_krb5_conf(tcp=False, **CLIENT_CONF)``.
     (process, log file) once it logged "commencing operation"."""
     d.mkdir(exist_ok=True)
     renew = "        max_renewable_life = 7d 0h 0m 0s\n" if renewable else ""
@@ -85,7 +85,7 @@ def start_mit_kdc(lab: Lab, kdc_ns, d: Path, kadmin_cmds: list[str], master_pw: 
     kdc = FILE:{d}/{log_name}
 """)
     (d / "kadm5.acl").write_text("")
-    _krb5_conf(d / "krb5.conf", tcp=False, **client_conf)
+    write_krb5_conf(d / "krb5.conf", tcp=False, **client_conf)
     env = {"KRB5_CONFIG": str(d / "krb5.conf"), "KRB5_KDC_PROFILE": str(d / "kdc.conf")}
     subprocess.run(["kdb5_util", "create", "-s", "-r", REALM, "-P", master_pw],
                    env=dict(os.environ, **env), check=True, capture_output=True, text=True)
@@ -136,8 +136,8 @@ def run_herd(lab: Lab, out: Path, healthy: bool, n_clients: int = 40, n_wrong: i
     cdir = lab.workdir / "clients"
     cdir.mkdir(mode=0o755)
     cdir.chmod(0o755)
-    _krb5_conf(cdir / "krb5-udp.conf", tcp=False)
-    _krb5_conf(cdir / "krb5-tcp.conf", tcp=True)
+    write_krb5_conf(cdir / "krb5-udp.conf", tcp=False)
+    write_krb5_conf(cdir / "krb5-tcp.conf", tcp=True)
     for i in range(n_clients):
         lan.ip("addr", "add", f"{client_addr(i)}/16", "dev", "lan0")
         table = str(100 + i)

@@ -87,7 +87,8 @@ access to * by users write by * read
     return p
 
 
-def _setup(lab: Lab, n_clients: int):
+def setup_directory(lab: Lab, n_clients: int):
+    """The slapd and client namespaces joined by a veth, with ``n_clients`` client addresses; (srv, lan)."""
     srv = lab.netns("ldap")
     lan = lab.netns("lan")
     lab.veth(srv, "l0", lan, "lan0")
@@ -98,7 +99,8 @@ def _setup(lab: Lab, n_clients: int):
     return srv, lan
 
 
-def _conn(src: str, user: str = READER, pw: str = READER_PW) -> ldap3.Connection:
+def bind_connection(src: str, user: str = READER, pw: str = READER_PW) -> ldap3.Connection:
+    """A new LDAP connection from ``src`` to slapd, bound as ``user`` (a TCP connect and a simple bind)."""
     server = ldap3.Server(SLAPD, 389, connect_timeout=3, get_info=ldap3.NONE)
     return ldap3.Connection(server, user, pw, source_address=src, receive_timeout=5,
                             auto_bind=ldap3.AUTO_BIND_NO_TLS, read_only=False)
@@ -108,7 +110,7 @@ def _conn(src: str, user: str = READER, pw: str = READER_PW) -> ldap3.Connection
 def run_churn(lab: Lab, out: Path, healthy: bool, ops: int = 300, interval: float = 0.02,
               seed: int = 3) -> dict:
     rng = random.Random(seed)
-    srv, lan = _setup(lab, 1)
+    srv, lan = setup_directory(lab, 1)
     start_slapd(lab, srv)
     src = "10.77.3.1"
     fname = "ldap-conn-churn-healthy.pcap" if healthy else "ldap-conn-churn.pcap"
@@ -118,11 +120,11 @@ def run_churn(lab: Lab, out: Path, healthy: bool, ops: int = 300, interval: floa
     with lan:
         time.sleep(0.5)
         t_base = time.time()
-        pooled = _conn(src) if healthy else None
+        pooled = bind_connection(src) if healthy else None
         for k, uid in enumerate(wanted):
             time.sleep(max(0.0, t_base + k * interval - time.time()))
             t0 = time.time()
-            c = pooled or _conn(src)          # pathological: connect + bind for every search
+            c = pooled or bind_connection(src)          # pathological: connect + bind for every search
             c.search(f"ou=people,{BASE}", f"(uid={uid})", attributes=["mail", "cn"])
             found = len(c.entries)
             if not healthy:
@@ -180,7 +182,7 @@ def build_churn(lab: Lab, out: Path, healthy: bool) -> dict:
 def run_toctou(lab: Lab, out: Path, healthy: bool, per_client: int = 15, think: float = 0.03,
                gap: tuple = (0.15, 0.45), seed: int = 17) -> dict:
     rng = random.Random(seed)
-    srv, lan = _setup(lab, 2)
+    srv, lan = setup_directory(lab, 2)
     start_slapd(lab, srv)
     fname = "ldap-toctou-healthy.pcap" if healthy else "ldap-toctou.pcap"
     cap = Capture(lab, srv, "l0", out / fname)
@@ -192,7 +194,7 @@ def run_toctou(lab: Lab, out: Path, healthy: bool, per_client: int = 15, think: 
     def worker(ci: int):
         src = f"10.77.3.{ci + 1}"
         with lan:
-            c = _conn(src, ADMIN, ADMIN_PW)
+            c = bind_connection(src, ADMIN, ADMIN_PW)
         time.sleep(max(0.0, t_base + ci * 0.05 - time.time()))
         for k in range(per_client):
             attempt = 0
@@ -221,7 +223,7 @@ def run_toctou(lab: Lab, out: Path, healthy: bool, per_client: int = 15, think: 
     time.sleep(0.3)
     stats = cap.stop()
     with lan:
-        c = _conn("10.77.0.2")
+        c = bind_connection("10.77.0.2")
         c.search(COUNTER_DN, "(objectClass=*)", ldap3.BASE, attributes=["gidNumber"])
         final = int(c.entries[0].gidNumber.value)
         c.unbind()

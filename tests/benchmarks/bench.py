@@ -454,7 +454,11 @@ def stage_tshark_decoders(ctx: Ctx) -> Result:
 # ------------------------------------------------------------------------------------------------
 
 def synth_digest() -> str:
-    return hashlib.sha256(SYNTH.read_bytes()).hexdigest()[:12]
+    """Of synth.py and the samples/synthkit/ modules it runs: a change to any of them regenerates."""
+    h = hashlib.sha256(SYNTH.read_bytes())
+    for p in sorted((SYNTH.parent / "synthkit").glob("*.py")):
+        h.update(p.name.encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()[:12]
 
 
 def ensure_capture(cache: Path, packets: int, seed: int, fmt: str, regenerate: bool) -> tuple[Path, float | None]:

@@ -1,5 +1,8 @@
-"""The herd proof chart: request rate per key, the herd window, the TTL expiries the herd detector
-read, and the server's latency on the same time axis (frames from :func:`dashboards.evidence.herd_frames`).
+"""The herd's proof: request rate per key, the herd window, the TTL expiries the herd detector read,
+and the server's latency on the same time axis.
+
+:func:`herd_frames` cuts the evidence from the finding's protocol transactions (pure Polars),
+:func:`herd_chart` draws it, :func:`herd_proof` (registered for ``herd``) ties them together.
 """
 from __future__ import annotations
 
@@ -7,10 +10,16 @@ import altair as alt
 import numpy as np
 import polars as pl
 
-from .base import (MAX_ROWS, PANEL_WIDTH, TIME_TITLE, data_range, empty, finish, fmt_duration_ns, focus_domain,
-                   linked_zoom as _linked_zoom, nice_bin_ns, seconds_domain as _domain, thin, window_rect,
-                   zoom_note)
+import detectors.herd as detector
+from analyzer.durations import fmt_ns
 
+from ..charts.base import (MAX_ROWS, PANEL_WIDTH, TIME_TITLE, data_range, empty, finish, focus_domain,
+                           linked_zoom as _linked_zoom, nice_bin_ns, seconds_domain as _domain, thin, window_rect,
+                           zoom_note)
+from ..frames import common_transactions, endpoint_matches
+from .base import Proof, detector_params, proof_chart
+
+SECOND_NS = 1_000_000_000  # DNS TTLs are whole seconds (RFC 1035 3.2.1)
 MAX_KEYS = 6
 MAX_MARKERS = 200
 HEIGHT = 220  # px, the rate panel
@@ -91,7 +100,7 @@ def herd_chart(requests: pl.DataFrame, *, t0_ns: int, window_ns: tuple[int, int]
     x = alt.X("t_s:Q", title=TIME_TITLE, scale=xscale)
     w0, w1 = _domain(window_ns[0], window_ns[1], t0_ns)
     min_w = (domain[1] - domain[0]) / 300
-    layers = [window_rect(w0, w1, f"herd window {fmt_duration_ns(window_ns[1] - window_ns[0])}", scale=xscale,
+    layers = [window_rect(w0, w1, f"herd window {fmt_ns(window_ns[1] - window_ns[0])}", scale=xscale,
                           min_width_s=min_w, opacity=0.3)]
     if expiries_ns is not None and len(expiries_ns):
         exp = pl.Series("e", expiries_ns, dtype=pl.Int64).drop_nulls()
@@ -117,7 +126,7 @@ def herd_chart(requests: pl.DataFrame, *, t0_ns: int, window_ns: tuple[int, int]
     else:
         notes.append("no TTL-expiry instants to mark (no answer carried a TTL for this key)")
     layers.append(alt.Chart(rate).mark_line(interpolate="step-after", clip=True).encode(
-        x=x, y=alt.Y("rate:Q", title=f"requests/s ({fmt_duration_ns(bin_ns)} bins)"),
+        x=x, y=alt.Y("rate:Q", title=f"requests/s ({fmt_ns(bin_ns)} bins)"),
         color=alt.Color("key:N", title="key", sort=keys),
         strokeWidth=alt.condition("datum.focus", alt.value(2.2), alt.value(1.0)),
         tooltip=[alt.Tooltip("key:N"), alt.Tooltip("t_s:Q", format=".3f"), alt.Tooltip("requests:Q"),
@@ -150,5 +159,67 @@ def _latency_panel(latency, *, t0_ns, lo, hi, bin_ns, x, xscale, window, min_wid
              .sort("stat", "bin"))
     lines = alt.Chart(stats).mark_line(clip=True).encode(x=x, y=y, strokeDash=alt.StrokeDash("stat:N", title="per bin"),
                                                 tooltip=["stat:N", alt.Tooltip("latency_ms:Q", format=".4g")])
-    note = f"aggregated: {lat.height:,} latencies → p50/max per {fmt_duration_ns(bin_ns)} bin"
+    note = f"aggregated: {lat.height:,} latencies → p50/max per {fmt_ns(bin_ns)} bin"
     return (shade + lines).properties(width=PANEL_WIDTH, height=140), note
+
+
+# -- the evidence: requests, latency and TTL expiries of the finding's key -------------------------
+
+def herd_key(tx: pl.DataFrame, focus: str | None) -> pl.Expr:
+    """What a herd is keyed on: the transaction's resource, unless the finding's key is not a resource
+    but a service: Kerberos herds are on the service a ticket is for (``sname@realm``; an AS-REQ's
+    resource is the client principal)."""
+    candidates = [pl.col("resource")]
+    if {"sname", "realm"} <= set(tx.columns):
+        candidates.append(pl.format("{}@{}", "sname", "realm"))
+    if "sname" in tx.columns:
+        candidates.append(pl.col("sname"))
+    if focus:
+        for key in candidates:
+            if tx.select((key == focus).any()).item():
+                return key
+    return candidates[0]
+
+
+def herd_frames(tx: pl.DataFrame, finding: dict, dns: pl.DataFrame | None = None) -> dict:
+    """requests (t_ns, key) to the finding's server, latency (t_ns, latency_ns) of that server, the
+    TTL expiries of the finding's key as the herd detector reads them (``expiries_ns``: response time
+    + the answer's minimum TTL, the detector's ``ttl``), and ``expiry_window_ns``: the offsets around
+    each within which the detector counts a re-query as triggered by it — TTLs are whole seconds, so
+    a cached copy runs out within the second after answer + TTL, give or take the finding's
+    ``ttl_tolerance_ns`` (``detectors/herd.py``, ``_ttl_trigger``). ``tx`` may carry protocol columns
+    (see :func:`herd_key`)."""
+    on_server = tx.filter(endpoint_matches("server", "server_port", finding.get("server")))
+    on_server = on_server.with_columns(herd_key(on_server, finding.get("resource")).alias("key"))
+    requests = on_server.filter(pl.col("key").is_not_null()).select(pl.col("request_ts_ns").alias("t_ns"), "key")
+    latency = on_server.filter(pl.col("latency_ns").is_not_null() & (pl.col("key") == finding.get("resource"))
+                               ).select(pl.col("request_ts_ns").alias("t_ns"), "latency_ns")
+    if latency.height == 0:
+        latency = on_server.filter(pl.col("latency_ns").is_not_null()).select(
+            pl.col("request_ts_ns").alias("t_ns"), "latency_ns")
+    expiries = None
+    if dns is not None and dns.height and finding.get("resource"):
+        mine = dns.filter((pl.col("resource") == finding["resource"])
+                          & endpoint_matches("server", "server_port", finding.get("server"))
+                          & pl.col("response_ts_ns").is_not_null())
+        expiries = mine.select((pl.col("response_ts_ns") + pl.col("answer_ttl_min").cast(pl.Int64) * SECOND_NS)
+                               .alias("e")).drop_nulls()["e"]
+    tol = int(detector_params(finding, detector).ttl_tolerance_ns)
+    return {"requests": requests, "latency": latency, "expiries_ns": expiries,
+            "expiry_window_ns": (-tol, SECOND_NS + tol)}
+
+
+@proof_chart(detector.NAME)
+def herd_proof(p: Proof) -> list[tuple[object, str]]:
+    finding = p.finding
+    ptx = p.protocol_transactions(extra=("sname", "realm"))
+    dns = common_transactions(p.cap.frame("dns_transactions")).with_columns(
+        p.cap.frame("dns_transactions").select("answer_ttl_min", "negative_ttl")) \
+        if (finding.get("kind") or "dns") == "dns" and p.has("dns_transactions") else None
+    f = herd_frames(ptx, finding, dns)
+    chart = herd_chart(f["requests"], t0_ns=p.t0, window_ns=p.window, focus_key=finding.get("resource"),
+                       expiries_ns=f["expiries_ns"], expiry_window_ns=f["expiry_window_ns"],
+                       latency=f["latency"], domain_ns=(p.t0, p.t1), view_ns=p.view)
+    return [(chart, "Request rate per key; the herd window shaded red, the TTL expiries of the cached answers "
+                    "as the detector reads them (answer + TTL, to the whole second, ± its tolerance) in "
+                    "purple; the server's latency below on the same time axis (scroll to zoom both).")]

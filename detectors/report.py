@@ -1,4 +1,7 @@
-"""``herdscope scan``: run the detectors over captures and report findings for people and pipelines.
+"""The report of ``herdscope scan``: findings for people and pipelines.
+
+The configuration (``--config``, ``--set``) is :mod:`detectors.scan_config`; the command itself
+(opening, running, writing) is :mod:`detectors.scan_command`.
 
 Output formats (``--format``):
 
@@ -30,73 +33,20 @@ when clean).
 from __future__ import annotations
 
 import json
-import tomllib
-from dataclasses import dataclass, field
+import shlex
 from xml.sax.saxutils import escape, quoteattr
 
 import polars as pl
+from rich.markup import escape as esc
+from rich.panel import Panel
 
-from . import __version__
-from .summary import iso_time
+from analyzer import __version__
+from analyzer.render import console as make_console
+from analyzer.summary import iso_time
+
+from .base import SEVERITIES, SEVERITY_RANK, resolution_ns
 
 FORMATS = ("table", "json", "ndjson", "parquet", "junit")
-
-
-@dataclass
-class ScanConfig:
-    detectors: list[str] | None = None
-    overrides: dict[str, object] = field(default_factory=dict)
-    fail_on: str = "high"
-
-
-def load_config(path: str | None, sets: tuple[str, ...], detectors: str | None, fail_on: str | None) -> ScanConfig:
-    """Config file first, then the command line. The file::
-
-        [scan]
-        detectors = ["herd", "retry_storm"]
-        fail_on = "medium"
-
-        [herd]
-        min_clients = 50
-        window_ns = "250ms"
-
-    Raises ValueError (a usage error) for a malformed assignment or an empty detector list; names and
-    values are checked against the detectors' declarations when they run.
-    """
-    from detectors.params import parse_assignment
-
-    cfg = ScanConfig()
-    if path:
-        with open(path, "rb") as fh:
-            doc = tomllib.load(fh)
-        scan = doc.pop("scan", {})
-        if not isinstance(scan, dict):
-            raise ValueError(f"{path}: [scan] must be a table")
-        unknown = set(scan) - {"detectors", "fail_on"}
-        if unknown:
-            raise ValueError(f"{path}: [scan] has no setting {', '.join(sorted(unknown))} "
-                             f"(known: detectors, fail_on)")
-        if "detectors" in scan:
-            listed = scan["detectors"]
-            if not isinstance(listed, list) or not all(isinstance(d, str) for d in listed):
-                raise ValueError(f"{path}: [scan] detectors must be a list of detector names")
-            cfg.detectors = [d.strip() for d in listed]
-        cfg.fail_on = scan.get("fail_on", cfg.fail_on)
-        for owner, table in doc.items():
-            if not isinstance(table, dict):
-                raise ValueError(f"{path}: [{owner}] must be a table of parameters")
-            for name, value in table.items():
-                cfg.overrides[f"{owner}.{name}"] = value
-    for item in sets:
-        key, value = parse_assignment(item)
-        cfg.overrides[key] = value
-    if detectors is not None:
-        cfg.detectors = [d.strip() for d in detectors.split(",") if d.strip()]
-    if cfg.detectors is not None and not cfg.detectors:
-        raise ValueError("--detectors: no detector named (`herdscope detectors` lists them)")
-    if fail_on:
-        cfg.fail_on = fail_on
-    return cfg
 
 
 def _int_if_whole(x: float):
@@ -105,8 +55,6 @@ def _int_if_whole(x: float):
 
 
 def capture_summary(cap, files: list[str], findings: pl.DataFrame, detector_names: list[str]) -> dict:
-    from detectors.base import SEVERITIES, resolution_ns
-
     p = cap.packets
     first = int(p["ts_ns"].min()) if p.height else None
     last = int(p["ts_ns"].max()) if p.height else None
@@ -147,8 +95,6 @@ def wireshark_filter(frames: list[int]) -> str:
 
 def wireshark_command(path: str, frames: list[int]) -> str:
     """The command line that opens these frames in Wireshark, quoted for a POSIX shell."""
-    import shlex
-
     if str(path) in ("-", "<stdin>"):  # the bytes came down a pipe: name a file to save them to
         path = "SAVED-CAPTURE.pcap"
     return f"wireshark -r {shlex.quote(str(path))} -Y {shlex.quote(wireshark_filter(frames))}"
@@ -174,7 +120,8 @@ def evidence_lines(record: dict, per_command: int = TABLE_EVIDENCE_FRAMES) -> li
     return lines
 
 
-def _num(x) -> str:
+def measured(x) -> str:
+    """A measured value or threshold as the table, JUnit and ``show`` print it (``n/a`` when absent)."""
     return "n/a" if x is None else f"{x:g}"
 
 
@@ -184,8 +131,6 @@ COMPACT_PER_KIND = 10  # low/informational findings listed per detector and kind
 def _compact(console, group: list[dict]) -> None:
     """Low and informational findings: one line each, at most COMPACT_PER_KIND per detector and kind
     (every finding is in the JSON/NDJSON/Parquet outputs)."""
-    from rich.markup import escape as esc
-
     kinds: dict[tuple, list[dict]] = {}
     for r in group:
         if not r.get("member_of"):  # members (--expand) are printed beneath their population
@@ -209,8 +154,6 @@ def population_tag(r: dict) -> str:
 def print_members(console, population: dict, records: list[dict]) -> None:
     """``--expand``: a population's members (those among ``records``), one line each, beneath it in
     ``member_ids`` order (worst first); nothing for an ordinary finding or without --expand."""
-    from rich.markup import escape as esc
-
     ids = population.get("member_ids") or []
     if not ids:
         return
@@ -223,13 +166,6 @@ def print_members(console, population: dict, records: list[dict]) -> None:
 
 
 def render_table(results: list[tuple[dict, list[dict]]], fail_on: str, console=None) -> None:
-    from rich.markup import escape as esc
-    from rich.panel import Panel
-
-    from detectors.base import SEVERITIES
-
-    from .render import console as make_console
-
     console = console or make_console()
     colours = {"critical": "bold red", "high": "red", "medium": "yellow", "low": "cyan", "informational": "dim"}
     for summary, records in results:
@@ -267,8 +203,8 @@ def render_table(results: list[tuple[dict, list[dict]]], fail_on: str, console=N
                     f"resource {r['resource']}" if r["resource"] else "") if x)
                 body = (f"{esc(r['explanation'])}\n"
                         f"[dim]{r['start_time']} .. {r['end_time']}; {esc(who)}\n"
-                        f"{esc(r['metric'])} = {_num(r['value'])} {esc(r['unit'] or '')} "
-                        f"(threshold {_num(r['threshold'])}); "
+                        f"{esc(r['metric'])} = {measured(r['value'])} {esc(r['unit'] or '')} "
+                        f"(threshold {measured(r['threshold'])}); "
                         f"evidence {r['evidence_total']} frames[/dim]")
                 for line in evidence_lines(r):
                     body += f"\n[dim]{esc(line)}[/dim]"
@@ -282,8 +218,6 @@ def junit_xml(results: list[tuple[dict, list[dict]]], fail_on: str) -> str:
     """JUnit XML that CI systems display: one test suite per capture, one test case per finding
     (failing at or above ``fail_on``, passing below it, its text in ``system-out`` either way), and
     a passing case for each detector that found nothing, so every run detector shows."""
-    from detectors.base import SEVERITY_RANK
-
     suites, total_tests, total_failures = [], 0, 0
     for summary, records in results:
         label = "+".join(summary["files"])
@@ -292,8 +226,8 @@ def junit_xml(results: list[tuple[dict, list[dict]]], fail_on: str) -> str:
             mine = [r for r in records if r["detector"] == det and not r.get("member_of")]  # members: --expand only
             for r in mine:
                 text = "\n".join([r["explanation"], f"{r['start_time']} .. {r['end_time']}",
-                                  f"{r['metric']} = {_num(r['value'])} {r['unit'] or ''} "
-                                  f"(threshold {_num(r['threshold'])})", *evidence_lines(r)])
+                                  f"{r['metric']} = {measured(r['value'])} {r['unit'] or ''} "
+                                  f"(threshold {measured(r['threshold'])})", *evidence_lines(r)])
                 name = f"{r['kind']} {r['finding_id']} [{r['severity']}]: {r['resource'] or r['server'] or ''}"
                 case = f'  <testcase classname={quoteattr("herdscope." + det)} name={quoteattr(name)}>'
                 if SEVERITY_RANK[r["severity"]] >= SEVERITY_RANK[fail_on]:

@@ -1,0 +1,115 @@
+"""The bodies of the commands that run the detectors: ``herdscope scan``, ``show`` and ``detectors``.
+
+``analyzer/cli.py`` parses the arguments and calls these; they open the captures and check and write
+the outputs through :mod:`analyzer.command` (the same one-line errors and exit codes as every other
+command), run the detectors, and print through :mod:`detectors.report`, :mod:`detectors.show` and
+:mod:`detectors.listing`.
+"""
+from __future__ import annotations
+
+import json
+
+import click
+import polars as pl
+
+from analyzer.command import open_captures, writing
+from analyzer.errors import ExitCode, UnreadableCapture, fail
+from analyzer.render import console as make_console
+from analyzer.selection import apply as select
+
+from . import ParameterError, at_least, available, describe, expanded, run, top_level
+from .listing import print_detectors
+from .report import capture_summary, finding_records, render, render_table
+from .scan_config import ScanConfig
+from .show import check_id, find_finding, print_finding, tshark_summaries
+
+
+def scan(files, cfg: ScanConfig, selection, *, fmt: str, output: str | None, separate: bool, quiet: bool,
+         expand: bool) -> int:
+    """Run the detectors over ``files`` (one capture, or each on its own with ``separate``) and write
+    the report; the exit code says whether a finding reached ``cfg.fail_on``. The options were
+    checked by the caller (outputs are writable, parquet has an output) before this reads anything."""
+    groups = [[f] for f in files] if separate else [list(files)]
+    results, frames = [], []
+    code = ExitCode.OK
+    for group in groups:
+        try:
+            cap = open_captures(group)
+        except UnreadableCapture as exc:
+            fail(str(exc))
+            code = ExitCode.UNREADABLE
+            continue
+        select(cap, selection)
+        try:
+            findings = run(cap, only=cfg.detectors, overrides=cfg.overrides)
+        except ParameterError as exc:
+            raise click.UsageError(str(exc)) from exc
+        listed = expanded(findings) if expand else top_level(findings)  # populations' members: --expand
+        names = cfg.detectors or list(available())
+        label = "+".join(group)
+        for warning in cap.warnings:
+            fail(f"warning: {warning}")
+        summary = capture_summary(cap, group, top_level(findings), names)
+        summary["warnings"] = list(cap.warnings)  # files read once, pieces overlapping or with a gap
+        results.append((summary, finding_records(listed, label, cap)))
+        frames.append(listed.with_columns(pl.lit(label).alias("capture")))
+        if at_least(top_level(findings), cfg.fail_on).height and code == ExitCode.OK:
+            code = ExitCode.FINDINGS
+        cap.close()
+    with writing("--output", output):
+        write_scan(results, frames, fmt, cfg.fail_on, output, quiet)
+    return code
+
+
+def write_scan(results, frames, fmt, fail_on, output, quiet) -> None:
+    """The report in ``fmt`` on standard output or in ``output`` (nothing on stdout with ``quiet``)."""
+    if quiet and not output:
+        pass
+    elif fmt == "table":
+        if output:
+            with open(output, "w") as fh:
+                render_table(results, fail_on, make_console(fh))
+        else:
+            render_table(results, fail_on)
+    elif fmt == "parquet":
+        (pl.concat(frames) if frames else pl.DataFrame()).write_parquet(output)
+    else:
+        text = render(results, frames, fmt, fail_on)
+        if output:
+            with open(output, "w") as fh:
+                fh.write(text)
+        else:
+            click.echo(text, nl=False)
+
+
+def show(finding_id: str, files, cfg: ScanConfig, *, fmt: str, use_tshark: bool) -> int:
+    """One finding in full (``herdscope show``); an id that is no finding here is a usage error."""
+    why = check_id(finding_id)
+    if why:
+        raise click.UsageError(why)
+    with open_captures(list(files)) as cap:
+        found = find_finding(cap, files, finding_id, cfg)
+    if isinstance(found, str):
+        raise click.UsageError(found)
+    record, members = found
+    summaries = tshark_summaries(record) if use_tshark else None
+    if fmt == "json":
+        click.echo(json.dumps({**record, "tshark": summaries, "member_findings": members}, indent=1))
+    else:
+        print_finding(record, members, summaries)
+    return ExitCode.OK
+
+
+def list_detectors(names: tuple[str, ...], fmt: str) -> int:
+    """``herdscope detectors [NAME...]``: every detector (or those named) with its parameters."""
+    rows = describe()
+    known = [r["name"] for r in rows]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise click.UsageError(f"unknown detector(s): {', '.join(unknown)} (known: {', '.join(known)})")
+    rows = [r for r in rows if not names or r["name"] in names]
+    if fmt == "json":
+        click.echo(json.dumps({"detectors": rows}, indent=1))
+    else:
+        print_detectors(rows)
+    return ExitCode.OK
