@@ -21,7 +21,9 @@ MESSAGE_COLUMNS: tuple[Column, ...] = (
     column("flow", np.uint32, "UDP: dense id of the (client, client port, server, server port) flow; "
          "TCP: the connection id of the connections frame"),
     column("from_client", np.bool_, "sent by the client, as the protocol's client_side rule decides "
-         "(analyzer/decoders/protocol.py; for DNS, Kerberos, LDAP and SMB2: towards the service port)"),
+         "(analyzer/decoders/protocol.py; for DNS, Kerberos, LDAP and SMB2: towards the service port). "
+         "For TCP it follows that rule too (service_port: the side sending to the service port), which "
+         "can differ from connections.client (the SYN sender) when the SYN sender is on the service port"),
     column("src", object, "source address"),
     column("dst", object, "destination address"),
     column("sport", np.uint16, "source port"),
@@ -46,11 +48,18 @@ KEPT_COLUMNS: tuple[Column, ...] = tuple(c for c in MESSAGE_COLUMNS if c.name no
 
 @dataclass
 class MessageSet:
-    """Messages (``frame``, columns as MESSAGE_COLUMNS) and the bytes their offsets index."""
+    """Messages (``frame``, columns as MESSAGE_COLUMNS) and the bytes their offsets index.
+
+    ``stats`` (TCP only, else None): per-direction reassembly and framing figures, one row per
+    (``conn``, ``from_client``) direction, oriented as :func:`analyzer.tcp.tcp_messages` orients it
+    (its ``client_side``: "service_port" or "connection_initiator"). Under a protocol's "message"
+    rule the frame's ``from_client`` is decided per message from its bytes afterwards while ``stats``
+    keeps that TCP orientation ("connection_initiator"): a direction's messages need not all agree,
+    so there is no one per-direction flip to apply."""
 
     frame: pl.DataFrame
     buf: np.ndarray
-    stats: pl.DataFrame | None = None  # TCP: per-direction reassembly and framing figures
+    stats: pl.DataFrame | None = None  # TCP: per-direction reassembly and framing figures (see above)
 
     @property
     def height(self) -> int:

@@ -227,7 +227,7 @@ def protocol_message_sets(cap, proto: Protocol) -> list[MessageSet]:
     if proto.tcp_ports:
         tcp_rule = "service_port" if proto.client_side == "service_port" else "connection_initiator"
         tcp_sets = tcp_messages(cap, proto.tcp_framing, set(proto.tcp_ports), client_side=tcp_rule)
-        if direction is not None:
+        if direction is not None:  # per message; ms.stats keeps analyzer.tcp's orientation (MessageSet)
             tcp_sets = [MessageSet(ms.frame.with_columns(pl.Series("from_client", _direction_of(direction, ms))),
                                    ms.buf, ms.stats) for ms in tcp_sets]
         sets += tcp_sets

@@ -51,7 +51,7 @@ def protocol_names() -> dict[str, str]:
     """name -> title ("dns" -> "DNS") of every registered protocol with transactions, in registration
     order: the protocols of these statistics and their order (analyzer.decoders.registry, read when
     called, so a protocol registered later is included)."""
-    return {p.name: p.title for p in registry.protocols() if p.transactions}
+    return registry.titles(with_transactions=True)
 
 
 def latency_stats(frame: pl.DataFrame, keys: list[str], latency: str, answered: str, errors: pl.Expr) -> pl.DataFrame:
@@ -247,7 +247,7 @@ def outcome_rules() -> list[tuple[str, str, str]]:
 def outcome_help() -> str:
     """:func:`outcome_rules` as paragraphs of the ``stats --help`` text."""
     lines = []
-    titles = {p.name: p.title for p in registry.protocols()}
+    titles = registry.titles()
     for protocol, errors, unanswered in outcome_rules():
         lines.append(f"{titles[protocol]} errors: {errors}")
         lines.append(f"{titles[protocol]} unanswered: {unanswered}")
@@ -273,9 +273,10 @@ def render_table(stats: pl.DataFrame, title: str, console=None) -> None:
     shown = [c for c in ("operation", "server", "client") if c in stats.columns]
     columns = shown + list(VALUE_COLUMNS[:-1])
     groups = stats.select("protocol", "leg").unique(maintain_order=True).iter_rows()
+    titles = registry.titles()
     for protocol, leg in groups:  # a handful: one per protocol and leg
         rows = stats.filter((pl.col("protocol") == protocol) & pl.col("leg").eq_missing(leg))
-        name = {p.name: p.title for p in registry.protocols()}.get(protocol, protocol)
+        name = titles.get(protocol, protocol)
         t = Table(title=f"{name}: {LEG_TITLES.get(leg, leg)}" if leg else name, title_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False)
         for col in columns:  # names and addresses fold rather than lose their ends

@@ -8,8 +8,10 @@
 See ``detectors/base.py`` for the contract every detector follows and ``detectors/README.md`` for how
 to add one. The detectors are found, not listed: a module of this package that declares the contract
 (:data:`CONTRACT`) is a detector; :func:`register` adds one from elsewhere (a test's throwaway).
-Each runs on a :class:`~detectors.base.CaptureView` that serves only its ``REQUIRES``, so running
-some detectors builds only their frames (:func:`required_frames`).
+:func:`run` hands each detector a :class:`~detectors.base.CaptureView` of its ``REQUIRES`` (any other
+frame is :class:`~detectors.base.UndeclaredFrame`); what gets built is what the detectors read through
+their views, which tests/test_detector_contract.py checks against :func:`required_frames`. A finding
+whose ``kind`` is not among its detector's ``KINDS`` is an error of that detector (:func:`run`).
 """
 from __future__ import annotations
 
@@ -24,12 +26,12 @@ from analyzer.progress import stage
 
 from .base import FINDINGS_SCHEMA, SEVERITY_RANK, CaptureView, UndeclaredFrame, empty_findings  # noqa: F401
 from . import population
-from .params import ParameterError, check_declared, make_params
+from .params import ParameterError, check_declared, describe_params, make_params
 
 log = logging.getLogger(__name__)
 
 # What makes a module a detector: it defines all of these (base.py says what each is). A module that
-# defines ``detect`` but not all the others is a half-declared detector: an error, never a skip.
+# defines ``detect`` or ``KINDS`` but not all the others is a half-declared detector: an error, never a skip.
 CONTRACT = ("NAME", "detect", "Params", "REQUIRES", "KINDS")
 # a NAME the detectors cannot take: the population step's parameters are set as population.*
 RESERVED_NAMES = (population.NAME,)
@@ -38,12 +40,15 @@ _REGISTRY: dict[str, object] | None = None  # NAME -> module, filled by discover
 
 
 def is_detector(module) -> bool:
-    """Whether ``module`` declares the detector contract (raises TypeError for half of it)."""
+    """Whether ``module`` declares the detector contract. A module that defines ``detect`` or ``KINDS``
+    (what only a detector defines) without the whole contract raises TypeError: a half-declared
+    detector is an error, never silently skipped."""
     present = [a for a in CONTRACT if hasattr(module, a)]
-    if "detect" in present and len(present) < len(CONTRACT):
+    marks = [a for a in ("detect", "KINDS") if a in present]
+    if marks and len(present) < len(CONTRACT):
         missing = [a for a in CONTRACT if a not in present]
-        raise TypeError(f"{module.__name__} defines detect() but not {', '.join(missing)} "
-                        f"(a detector declares {', '.join(CONTRACT)}; see detectors/base.py)")
+        raise TypeError(f"{getattr(module, '__name__', module)!r} defines {' and '.join(marks)} but not "
+                        f"{', '.join(missing)} (a detector declares {', '.join(CONTRACT)}; see detectors/base.py)")
     return len(present) == len(CONTRACT)
 
 
@@ -137,7 +142,8 @@ def unregister(name: str) -> None:
 def required_frames(only: list[str] | None = None) -> tuple[str, ...]:
     """The frames running these detectors (all by default) reads, as declared: their ``REQUIRES``,
     and the population step's where one of them declares a POPULATION (a subset of its own,
-    :func:`check_contract`). ``scan --detectors X`` builds these and what they are built from."""
+    :func:`check_contract`). What a run builds is what its detectors read through their views (and
+    what those frames are built from); tests/test_detector_contract.py checks it is no more than these."""
     detectors = available()
     names = list(detectors) if only is None else list(only)
     out: dict[str, None] = {}
@@ -178,7 +184,8 @@ def run(capture, only: list[str] | None = None, overrides: dict[str, object] | N
 
     ``errors``: when given (the dashboard), a detector that raises is recorded there (name ->
     "Type: message") and the others' findings are still returned; otherwise the exception propagates
-    (the CLI reports it as the bug it is)."""
+    (the CLI reports it as the bug it is). A finding whose ``kind`` is not in its detector's
+    ``KINDS`` is such a failure (TypeError)."""
     detectors = available()
     configured = configure(only, overrides)
     frames = []
@@ -186,7 +193,7 @@ def run(capture, only: list[str] | None = None, overrides: dict[str, object] | N
         stage(f"detector {name}")
         module = detectors[name]
         try:
-            frames.append(module.detect(CaptureView(capture, name, module.REQUIRES), params))
+            frames.append(_checked_kinds(module, module.detect(CaptureView(capture, name, module.REQUIRES), params)))
         except Exception as exc:  # noqa: BLE001 - recorded for the caller that asked for it
             if errors is None:
                 raise
@@ -199,6 +206,18 @@ def run(capture, only: list[str] | None = None, overrides: dict[str, object] | N
     found = population.apply(found, CaptureView(capture, population.NAME, population.REQUIRES), detectors,
                              configured, population_params(overrides))
     return worst_first(found)
+
+
+def _checked_kinds(module, found: pl.DataFrame) -> pl.DataFrame:
+    """``found`` unchanged; TypeError when a finding's ``kind`` is not one of ``module.KINDS``."""
+    if found.height and "kind" in found.columns:
+        kinds = found.get_column("kind").cast(pl.String).unique().drop_nulls().to_list()
+        undeclared = sorted(set(kinds) - set(module.KINDS))
+        if undeclared:
+            raise TypeError(f"detector {module.NAME!r} returned findings of kind {', '.join(map(repr, undeclared))}, "
+                            f"which its KINDS does not declare ({', '.join(module.KINDS)}); add them to "
+                            f"{module.NAME}.KINDS")
+    return found
 
 
 def population_params(overrides: dict[str, object] | None = None) -> population.Params:
@@ -228,8 +247,6 @@ def describe() -> list[dict]:
     """Every detector: name, summary (the docstring's first line), kinds, requires and parameters
     (:func:`detectors.params.describe_params`) — what ``herdscope detectors`` prints; last, the
     population step's parameters (``--set population.min_members=10``), under ``population``."""
-    from .params import describe_params
-
     out = []
     for module in [*available().values(), population]:
         doc = (module.__doc__ or "").strip()

@@ -7,8 +7,10 @@ A detector is a module in ``detectors/`` with:
   known false positives, the severity rule.
 - ``REQUIRES``: every capture frame it reads (``("dns_transactions", "connections", "interfaces")``;
   ``capture.packets`` is the frame ``packets``, :func:`resolution_ns` reads ``interfaces``). It is
-  enforced: :func:`detectors.run` hands ``detect`` a :class:`CaptureView` that builds only these
-  frames and raises :class:`UndeclaredFrame` for any other; ``scan --detectors X`` builds X's.
+  enforced: :func:`detectors.run` hands ``detect`` a :class:`CaptureView` that serves only these
+  frames and raises :class:`UndeclaredFrame` for any other. What gets built is what the detectors
+  actually read through their views (and what those frames are built from), which
+  tests/test_detector_contract.py checks against :func:`detectors.required_frames`.
 - ``ORDER`` (optional): where it runs and is listed (ascending; without one, after those with one).
 - ``KINDS``: the values its findings' ``kind`` column takes.
 - ``Params``: a frozen dataclass; every threshold and window is a field declared with
@@ -23,8 +25,9 @@ Three facts of real captures every detector respects (helpers below):
   address runs independent request streams concurrently from several ports or connections, those are
   distinct clients. :func:`client_identity_by` decides it per address (within a group, e.g. per
   server) and says which way was used; :func:`client_identity` is the same rule over the whole capture.
-- **One vantage point**: a capture may miss a direction; :func:`directions_seen` tells, and a detector
-  that cannot judge reports ``informational`` with the reason instead of guessing.
+- **One vantage point**: a capture may miss a direction (the ``connections`` frame's client_packets
+  and server_packets say which); a detector that cannot judge reports ``informational`` with the
+  reason instead of guessing.
 - **Timestamp resolution**: :func:`resolution_ns` is the capture's tick; never claim a window
   shorter than it (:func:`at_least_resolution`) and say so when it limits a finding.
 """
@@ -45,6 +48,8 @@ from analyzer.decoders.protocol import Protocol
 SEVERITIES = ("informational", "low", "medium", "high", "critical")
 SEVERITY = pl.Enum(list(SEVERITIES))
 SEVERITY_RANK = {s: k for k, s in enumerate(SEVERITIES)}
+NS_PER_MS = 1e6  # unit conversions: the findings' values in ms or s from ns timestamps
+NS_PER_S = 1e9
 EVIDENCE_CAP = 50  # evidence frame numbers kept per finding (evidence_total says how many there were)
 # the cap in force: `herdscope show` lifts it (None) for the one finding it prints in full
 _evidence_cap: contextvars.ContextVar[int | None] = contextvars.ContextVar("evidence_cap", default=EVIDENCE_CAP)
@@ -183,12 +188,12 @@ class CaptureView:
     itself (a frame's own builder reads what it needs from the capture, not through the view), so
     running only some detectors builds only their frames and what those are built from.
 
-    The rest of what a detector may read of a capture passes through unchanged
-    (:data:`PASS_THROUGH`: the bytes, the files and pieces, warnings, memo ...); anything else, such
-    as setting or listing frames, is not a detector's business (AttributeError)."""
+    A few read-only facts of the capture pass through unchanged (:data:`PASS_THROUGH`: its path,
+    files and pieces, warnings, and which file a frame number is in); anything else, such as the raw
+    bytes, the builders' shared cache (``memo``: a detector could overwrite it and break later
+    frames), setting or listing frames, is not a detector's business (AttributeError)."""
 
-    PASS_THROUGH = frozenset({"path", "files", "pieces", "warnings", "selection", "buf", "bytes_at",
-                              "frames_by_file", "memo", "report", "reports", "file_format", "section_info"})
+    PASS_THROUGH = frozenset({"path", "files", "pieces", "warnings", "frames_by_file"})
 
     def __init__(self, capture, detector: str, requires: Iterable[str]):
         self._capture = capture
@@ -243,14 +248,6 @@ def at_least_resolution(window_ns: int, capture) -> tuple[int, bool]:
     """(window, limited): the window widened to the (effective) timestamp resolution when shorter."""
     res = resolution_ns(capture)
     return (int(max(window_ns, res)), window_ns < res)
-
-
-def directions_seen(capture) -> pl.DataFrame:
-    """Per TCP connection: whether both directions were captured (conn, client_packets, server_packets,
-    both_directions)."""
-    conns = capture.frame("connections")
-    return conns.select("conn", "client_packets", "server_packets",
-                        ((pl.col("client_packets") > 0) & (pl.col("server_packets") > 0)).alias("both_directions"))
 
 
 def client_identity_by(requests: pl.DataFrame, by: list[str], *, addr: str = "client",
@@ -353,6 +350,18 @@ def protocol_declaration(name: str) -> Protocol | None:
     return next((p for p in registry.protocols() if p.name == name), None)
 
 
+def optional_frame(capture, name: str, *, nonempty: bool = False) -> pl.DataFrame | None:
+    """The frame ``name`` of the capture, None when the capture has no such frame (KeyError: no
+    decoder for it) and, with ``nonempty``, also when it has no rows."""
+    try:
+        frame = capture.frame(name)
+    except KeyError:
+        return None
+    if nonempty and (frame is None or not frame.height):
+        return None
+    return frame
+
+
 def transaction_frames(capture, names: Iterable[str] | None = None) -> dict[str, pl.DataFrame]:
     """name -> frame for every transaction frame this capture has (a decoder that is not installed
     is skipped) and that is not empty. ``names`` defaults to every registered protocol's transaction
@@ -364,10 +373,7 @@ def transaction_frames(capture, names: Iterable[str] | None = None) -> dict[str,
         names = [n for n in registry.transaction_frames() if declared is None or n in declared]
     out = {}
     for name in names:
-        try:
-            frame = capture.frame(name)
-        except KeyError:
-            continue
-        if frame is not None and frame.height:
+        frame = optional_frame(capture, name, nonempty=True)
+        if frame is not None:
             out[name] = frame
     return out

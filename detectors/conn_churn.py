@@ -85,7 +85,8 @@ import polars as pl
 
 from analyzer.decoders import registry
 
-from .base import empty_findings, endpoint, findings, fmt_ns, protocol_declaration, resolution_ns, transaction_frames
+from .base import (empty_findings, endpoint, endpoint_expr, findings, fmt_ns, optional_frame, protocol_declaration,
+                   resolution_ns, transaction_frames)
 from .params import LOWER, UPPER, param
 
 NAME = "conn_churn"
@@ -175,14 +176,6 @@ class Params:
                                   gate=LOWER, lo=0)
 
 
-def _frame(capture, name: str) -> pl.DataFrame | None:
-    try:
-        f = capture.frame(name)
-    except KeyError:
-        return None
-    return f if f is not None and f.height else None
-
-
 def _requests_per_conn(capture, conns: pl.DataFrame) -> pl.DataFrame:
     """Per candidate connection: useful requests, first useful request and last useful response time,
     and which way it was counted (ldap, smb2 or tcp)."""
@@ -218,7 +211,7 @@ def _requests_per_conn(capture, conns: pl.DataFrame) -> pl.DataFrame:
         done = pl.concat([done, per.select("conn")])
         parts.append(per)
     rest = ids.join(done, on="conn", how="anti")
-    seg = _frame(capture, "tcp_segments")
+    seg = optional_frame(capture, "tcp_segments", nonempty=True)
     if rest.height and seg is not None:
         s = seg.select("conn", "frame", "ts_ns", "from_client", "seglen").join(rest, on="conn", how="semi") \
             .filter(pl.col("seglen") > 0).sort("conn", "frame")
@@ -390,8 +383,7 @@ def _churn_findings(agg: pl.DataFrame, p: Params, res: float) -> pl.DataFrame:
     return agg.select(
         pl.lit("churn").alias("kind"), "severity", pl.col("start_ns").cast(pl.Int64), pl.col("end_ns").cast(pl.Int64),
         "client", "server",
-        pl.format("{}:{}", pl.when(pl.col("server").str.contains(":")).then(pl.format("[{}]", "server"))
-                  .otherwise(pl.col("server")), "server_port").alias("resource"),
+        endpoint_expr(pl.col("server"), pl.col("server_port")).alias("resource"),
         pl.lit(1, pl.UInt32).alias("clients"), pl.lit("address").alias("client_identity"),
         pl.lit("connections_per_s").alias("metric"), pl.col("rate").alias("value"),
         pl.lit(p.medium_rate_per_s).alias("threshold"), pl.lit("1/s").alias("unit"),
@@ -468,8 +460,7 @@ def _backlog(conns: pl.DataFrame, p: Params, res: float) -> pl.DataFrame:
     return g.select(
         pl.lit("syn_backlog").alias("kind"), "severity", pl.col("start_ns").cast(pl.Int64),
         pl.col("end_ns").cast(pl.Int64), pl.lit(None, pl.String).alias("client"), "server",
-        pl.format("{}:{}", pl.when(pl.col("server").str.contains(":")).then(pl.format("[{}]", "server"))
-                  .otherwise(pl.col("server")), "server_port").alias("resource"),
+        endpoint_expr(pl.col("server"), pl.col("server_port")).alias("resource"),
         pl.col("clients").cast(pl.UInt32), pl.lit("address").alias("client_identity"),
         pl.lit("unanswered_syn_share").alias("metric"), pl.col("share").alias("value"),
         pl.lit(p.medium_failed_share).alias("threshold"), pl.lit("fraction").alias("unit"),
@@ -479,7 +470,7 @@ def _backlog(conns: pl.DataFrame, p: Params, res: float) -> pl.DataFrame:
 
 def detect(capture, params: Params = Params()) -> pl.DataFrame:
     p = params
-    conns = _frame(capture, "connections")
+    conns = optional_frame(capture, "connections", nonempty=True)
     if conns is None:
         return empty_findings()
     res = resolution_ns(capture)

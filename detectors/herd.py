@@ -74,7 +74,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from .base import (client_identity_by, fmt_limited, fmt_ns, fmt_number, findings, empty_findings, resolution_ns,
+from .base import (NS_PER_MS, client_identity_by, fmt_limited, fmt_ns, fmt_number, findings, empty_findings, resolution_ns,
                    severity_from_scale, transaction_frames, PROTOCOL_KINDS, RESOLUTION_TICKS, SEVERITIES,
                    TRANSACTION_FRAMES, protocol_declaration)
 from .herd_search import herd_segments, stats_columns
@@ -88,7 +88,6 @@ REQUIRES = (*TRANSACTION_FRAMES, "packets", "interfaces")
 ORDER = 10  # where it runs and is listed (detectors/__init__.py)
 
 S = 1_000_000_000
-NS_PER_MS = 1e6  # a synchronised start's offset from the whole second is said in ms
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from .base import FINDINGS_SCHEMA, SEVERITIES, SEVERITY_RANK, endpoint_expr, evidence_cap, fmt_ns, params_json, stable_id
+from .base import (FINDINGS_SCHEMA, SEVERITIES, SEVERITY_RANK, endpoint_expr, evidence_cap, fmt_ns, optional_frame,
+                   params_json, stable_id)
 from .params import LOWER, param
 
 NAME = "population"
@@ -194,11 +195,8 @@ def service_load(capture) -> pl.DataFrame:
     """Per service (``address:port``) of the capture's TCP connections: distinct client addresses
     and connections (the denominators of the shares)."""
     schema = {"service": pl.String, "svc_clients": pl.UInt32, "svc_connections": pl.UInt32}
-    try:
-        conns = capture.frame("connections")
-    except KeyError:
-        return pl.DataFrame(schema=schema)
-    if conns is None or conns.height == 0:
+    conns = optional_frame(capture, "connections", nonempty=True)
+    if conns is None:
         return pl.DataFrame(schema=schema)
     return (conns.select(endpoint_expr(pl.col("server"), pl.col("server_port")).alias("service"),
                          pl.col("client").cast(pl.String))

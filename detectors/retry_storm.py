@@ -88,10 +88,10 @@ from .retry_storm_backoff import MAX_CLASSIFIED_CHAINS  # noqa: F401 - public he
 from .retry_storm_sends import ACK, SEND_SCHEMA, SYN, syn_sends, transaction_sends  # noqa: F401
 
 NAME = "retry_storm"
-KINDS = PROTOCOL_KINDS + ("tcp",)  # the protocol of the requests
+KINDS = PROTOCOL_KINDS + ("tcp_syn",)  # the protocol of the requests (SYN retries: tcp_syn)
 # every frame it reads: each protocol's transactions (from the protocol registry), DNS's messages (its
-# retransmitted queries), TCP's frames (SYN retries; packets for frames without flags) and the tick
-REQUIRES = (*TRANSACTION_FRAMES, "dns_messages", "connections", "tcp_segments", "packets", "interfaces")
+# retransmitted queries), TCP's frames (SYN retries) and the tick
+REQUIRES = (*TRANSACTION_FRAMES, "dns_messages", "connections", "tcp_segments", "interfaces")
 ORDER = 20  # where it runs and is listed (detectors/__init__.py)
 
 S = 1_000_000_000

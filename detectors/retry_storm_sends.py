@@ -10,6 +10,7 @@ import polars as pl
 
 from analyzer.tcp.analysis import TH_ACK as ACK, TH_SYN as SYN
 
+from .base import endpoint_expr
 from .herd import requests_of
 
 SEND_SCHEMA = {
@@ -126,17 +127,8 @@ def syn_sends(capture) -> tuple[pl.DataFrame, pl.DataFrame | None]:
     if conns is None or conns.height == 0 or segs is None or segs.height == 0:
         return empty, conns
     is_syn = (pl.col("tcp_flags").cast(pl.Int64) & (SYN | ACK)) == SYN
-    if {"ts_ns", "tcp_flags"} <= set(segs.columns):  # tcp_segments carries them
-        syn = segs.filter(is_syn & pl.col("from_client")).select(
-            pl.col("frame").cast(pl.UInt32), pl.col("ts_ns").cast(pl.Int64).alias("ts"), "conn")
-    else:  # older frames: flags and times from the packets
-        packets = getattr(capture, "packets", None)
-        if packets is None or "tcp_flags" not in packets.columns:
-            return empty, conns
-        syn = packets.filter(is_syn).select(pl.col("frame").cast(pl.UInt32), pl.col("ts_ns").cast(pl.Int64).alias("ts"))
-        seg = segs.select(pl.col("frame").cast(pl.UInt32), "conn", "from_client")
-        syn = (seg.filter(pl.col("frame").is_in(syn["frame"].implode())).join(syn, on="frame", how="inner")
-               .filter(pl.col("from_client")).drop("from_client"))
+    syn = segs.filter(is_syn & pl.col("from_client")).select(
+        pl.col("frame").cast(pl.UInt32), pl.col("ts_ns").cast(pl.Int64).alias("ts"), "conn")
     if syn.height == 0:
         return empty, conns
     c = conns.select(
@@ -146,8 +138,8 @@ def syn_sends(capture) -> tuple[pl.DataFrame, pl.DataFrame | None]:
         pl.col("rtt_client_server_ns").cast(pl.Int64), pl.col("server_rst").cast(pl.Boolean))
     out = syn.join(c, on="conn", how="inner").select(
         pl.lit("tcp").alias("kind"), "client", "client_port", "server", "server_port", pl.lit("SYN").alias("operation"),
-        pl.format("{}:{}", "server", "server_port").alias("key_resource"),
-        pl.format("{}:{}", "server", "server_port").alias("resource"), "ts", "frame",
+        endpoint_expr(pl.col("server"), pl.col("server_port")).alias("key_resource"),
+        endpoint_expr(pl.col("server"), pl.col("server_port")).alias("resource"), "ts", "frame",
         pl.col("synack_ts_ns").alias("ok_ts"), pl.coalesce("synack_ts_ns", "last_ts_ns").alias("end_ts"),
         pl.lit(0, pl.UInt32).alias("extra"), pl.col("rtt_client_server_ns").alias("latency_ns"),
         pl.col("synack_ts_ns").is_not_null().alias("answered"),

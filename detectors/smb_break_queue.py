@@ -66,8 +66,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from .base import (SEVERITY_RANK, client_identity, empty_findings, findings, fmt_ns, resolution_ns,
-                   severity_from_scale)
+from .base import (NS_PER_MS, NS_PER_S, SEVERITY_RANK, client_identity, empty_findings, findings, fmt_ns,
+                   optional_frame, resolution_ns, severity_from_scale)
 from .params import LOWER, UPPER, param
 
 NAME = "smb_break_queue"
@@ -76,9 +76,6 @@ KINDS = ("slow_ack", "unacknowledged", "storm")
 REQUIRES = ("smb2_breaks", "smb2_transactions", "connections", "packets", "interfaces")
 ORDER = 30  # where it runs and is listed (detectors/__init__.py)
 
-NS_PER_MS = 1e6  # unit conversions: latencies are reported in ms, waits weighed in s
-NS_PER_S = 1e9
-MIN_STORM_BREAKS = 2  # a storm is several breaks: storm_min_breaks below this counts as this
 
 
 @dataclass(frozen=True)
@@ -103,8 +100,8 @@ class Params:
     critical_wait_s: float = param(60.0, "... critical from this", unit="s", gate=LOWER, lo=0.0)
     many_waiters: int = param(10, "at least high when this many requests queued behind one break",
                               unit="requests", gate=LOWER, lo=1)
-    storm_min_breaks: int = param(8, "break storm: at least this many breaks on one file ...", unit="breaks",
-                                  gate=LOWER, lo=1)
+    storm_min_breaks: int = param(8, "break storm: at least this many breaks on one file (a storm is several "
+                                     "breaks: at least 2) ...", unit="breaks", gate=LOWER, lo=2)
     storm_window_ns: int = param(10_000_000_000, "... within this window", unit="ns", lo=1)
 
 
@@ -113,14 +110,6 @@ def _empty_transactions() -> pl.DataFrame:
     from analyzer.schema import empty_frame
 
     return empty_frame(TRANSACTION_COLUMNS)
-
-
-def optional_frame(capture, name: str) -> pl.DataFrame | None:
-    """The frame ``name`` of the capture, None when the capture has no such frame (no decoder for it)."""
-    try:
-        return capture.frame(name)
-    except KeyError:
-        return None
 
 
 def path_key(share: pl.Expr, path: pl.Expr) -> pl.Expr:
@@ -433,7 +422,7 @@ def _break_row(r: dict, params: Params) -> dict:
 
 
 def _storm_findings(b: pl.DataFrame, params: Params) -> pl.DataFrame:
-    k = max(MIN_STORM_BREAKS, params.storm_min_breaks)
+    k = params.storm_min_breaks
     s = b.filter(pl.col("pkey").is_not_null()).sort("server", "pkey", "ts_ns", "bid")
     if s.height < k:
         return pl.DataFrame()

@@ -145,7 +145,8 @@ from dataclasses import dataclass
 import polars as pl
 
 from . import tcp_stall_kinds as ep
-from .base import RESOLUTION_TICKS, SEVERITIES, empty_findings, endpoint_expr, findings, fmt_ns, resolution_ns
+from .base import (NS_PER_MS, RESOLUTION_TICKS, SEVERITIES, empty_findings, endpoint_expr, findings, fmt_ns,
+                   resolution_ns)
 from .params import LOWER, UPPER, param
 from .tcp_stall_explain import explain
 
@@ -157,7 +158,6 @@ ORDER = 40  # where it runs and is listed (detectors/__init__.py)
 # the sender's segment size when the peer announced no MSS: Ethernet's 1500-byte MTU less 40 bytes of
 # IPv4 and TCP headers
 DEFAULT_MSS = 1460
-NS_PER_MS = 1e6  # the time lost is reported in ms
 
 KINDS = ("rto", "synack_retransmission", "spurious_retransmission", "teardown", "capture_gap", "delayed_ack",
          "zero_window", "window_full", "slow_start_after_idle", "small_initial_window")
@@ -218,7 +218,7 @@ class Params:
     high_lost_rtts: float = param(500.0, "... high this many ...", unit="RTTs", gate=LOWER, lo=0.0)
     critical_lost_rtts: float = param(5000.0, "... and critical this many (a timer thousands of RTTs long)",
                                       unit="RTTs", gate=LOWER, lo=0.0)
-    small_segment_margin: int = param(40, "delayed_ack: the held segment N is small: at least this many bytes "
+    small_segment_margin: int = param(40, "delayed_ack: the held segment N is small: more than this many bytes "
                                           "under the peer's MSS", unit="bytes", gate=LOWER, lo=0)
     transfer_gap_rtts: float = param(2.0, "a transfer ends at a silence longer than this many RTTs + "
                                           "resume_slack_ns (slow start sends every round trip)", unit="RTTs", lo=0.0)

@@ -79,13 +79,13 @@ from dataclasses import dataclass
 import polars as pl
 
 from . import toctou_events, toctou_scan
-from .base import SEVERITIES, SEVERITY_RANK, empty_findings, findings, fmt_ns, resolution_ns
+from .base import (NS_PER_MS, NS_PER_S, SEVERITIES, SEVERITY_RANK, empty_findings, findings, fmt_ns,
+                   optional_frame, resolution_ns)
 from .params import LOWER, UPPER, param
-from .smb_break_queue import optional_frame
 from .toctou_events import FILE_SHARE_ALL, FILE_SHARE_WRITE, dn_key, smb_key  # noqa: F401 - public here too
 
 NAME = "toctou"
-KINDS = ("lost_update", "stale_use", "outcome_unknown", "race_exposure", "vantage")
+KINDS = ("lost_update", "stale_use", "outcome_unknown", "conflict_detected", "race_exposure", "vantage")
 # every frame it reads (packets: the capture's duration; interfaces: resolution_ns)
 REQUIRES = ("smb2_transactions", "ldap_transactions", "ldap_messages", "packets", "interfaces")
 ORDER = 50  # where it runs and is listed (detectors/__init__.py)
@@ -119,11 +119,9 @@ class Params:
     max_counted_clients: int = param(16, "other clients counted per window: the clients column (1 + them) and "
                                          "the explanation's \"by N client(s)\" say at most this many (bounds "
                                          "the work per window); a larger value only counts more, it never "
-                                         "removes, adds or re-rates a finding", unit="clients", gate=UPPER, lo=1)
+                                         "removes, adds or re-rates a finding", unit="clients", gate=None, lo=1)
 
 
-NS_PER_MS = 1e6  # unit conversions of the findings' values
-NS_PER_S = 1e9
 NAMED_CHECKERS = 3  # a race_exposure explanation names this many of the clients that checked, then "and N more"
 EXPOSURE_EVIDENCE_FRAMES = 50  # race_exposure: the first windows' check and use frames kept as evidence
 VANTAGE_EVIDENCE_FRAMES = 10  # vantage: the first requests kept as evidence

@@ -15,8 +15,8 @@ import polars as pl
 
 from analyzer.decoders.smb2_tables import FILE_DELETE_ON_CLOSE
 
-from .base import client_identity
-from .smb_break_queue import optional_frame, path_key
+from .base import client_identity, optional_frame
+from .smb_break_queue import path_key
 
 # MS-SMB2 2.2.13 ShareAccess: an open that does not share write access cannot be raced by a writer
 FILE_SHARE_WRITE = 0x2

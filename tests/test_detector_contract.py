@@ -128,6 +128,10 @@ def test_helpers_are_not_detectors_and_half_a_detector_is_an_error():
     half.NAME, half.detect = "half", lambda capture, params: None
     with pytest.raises(TypeError, match="Params, REQUIRES, KINDS"):
         detectors.is_detector(half)
+    kinds_only = types.ModuleType("kinds_only")  # detect forgotten: refused, not skipped
+    kinds_only.NAME, kinds_only.KINDS, kinds_only.REQUIRES = "kinds_only", ("k",), ("packets",)
+    with pytest.raises(TypeError, match="defines KINDS but not detect, Params"):
+        detectors.is_detector(kinds_only)
 
 
 def test_a_detector_that_fails_to_import_is_an_error_not_a_skip(monkeypatch):
@@ -218,6 +222,22 @@ def test_a_throwaway_detector_runs_everywhere(throwaway, built, capsys):
     assert doc["captures"][0]["detectors"] == [*DETECTORS, "burst_probe"]
 
 
+# -- KINDS enforced --------------------------------------------------------------------------------------
+
+def test_a_finding_of_an_undeclared_kind_is_an_error(throwaway, monkeypatch):
+    monkeypatch.setattr(throwaway, "KINDS", ("spike",))
+    with open_capture(SAMPLES / "dns-ttl-herd.pcap") as cap:
+        overrides = {"burst_probe.min_packets": 10}
+        with pytest.raises(TypeError, match=r"'burst_probe' returned findings of kind 'burst'.*burst_probe\.KINDS"):
+            detectors.run(cap, only=["burst_probe"], overrides=overrides)
+        errors: dict[str, str] = {}  # the dashboard's way: recorded, the others still run
+        found = detectors.run(cap, only=["burst_probe", "herd"], overrides=overrides, errors=errors)
+        assert errors["burst_probe"].startswith("TypeError: detector 'burst_probe' returned findings of kind 'burst'")
+        assert found.height and set(found["detector"]) == {"herd"}
+        monkeypatch.setattr(throwaway, "KINDS", ("spike", "burst"))
+        assert detectors.run(cap, only=["burst_probe"], overrides=overrides).height == 1
+
+
 # -- REQUIRES enforced -----------------------------------------------------------------------------------
 
 def test_reading_an_undeclared_frame_fails_clearly(throwaway, monkeypatch):
@@ -244,15 +264,18 @@ def test_reading_an_undeclared_frame_fails_clearly(throwaway, monkeypatch):
 
 
 def test_the_view_passes_through_what_is_not_a_frame_and_nothing_else():
+    assert CaptureView.PASS_THROUGH == {"path", "files", "pieces", "warnings", "frames_by_file"}
     with open_capture(SAMPLES / "dns-ttl-herd.pcap") as cap:
         view = CaptureView(cap, "x", ("packets",))
         assert view.path == cap.path and view.files == cap.files and view.pieces == cap.pieces
-        assert view.buf is cap.buf and view.warnings is cap.warnings
+        assert view.warnings is cap.warnings
         assert view.frames_by_file([1, 2]) == cap.frames_by_file([1, 2])
-        assert view.memo("k", lambda: 7) == 7 and view.packets.height == cap.packets.height
+        assert view.packets.height == cap.packets.height
         with pytest.raises(UndeclaredFrame, match="'interfaces'"):
             view.frame("interfaces")
-        for forbidden in ("set_frame", "built_frames", "restrict_packets", "_frames"):
+        # the raw bytes and the builders' shared cache (a detector could overwrite it) are not its business
+        for forbidden in ("set_frame", "built_frames", "restrict_packets", "_frames", "memo", "buf", "bytes_at",
+                          "selection", "report"):
             with pytest.raises(AttributeError):
                 getattr(view, forbidden)
 

@@ -227,17 +227,15 @@ def test_over_tcp_pipelined_twins_are_not_retries_but_reactions_to_errors_are():
 
 
 def test_syn_retries():
-    pk, segs, conns, frame = [], [], [], 1
+    segs, conns, frame = [], [], 1
 
     def conn(cid, client, cport, t_syns, synack_at=None, rst_at=None):
         nonlocal frame
         for t in t_syns:
-            pk.append({"frame": frame, "ts_ns": t, "tcp_flags": 0x02})
             segs.append({"frame": frame, "conn": cid, "from_client": True, "ts_ns": t, "tcp_flags": 0x02})
             frame += 1
         for t, fl in ((synack_at, 0x12), (rst_at, 0x14)):
             if t is not None:
-                pk.append({"frame": frame, "ts_ns": t, "tcp_flags": fl})
                 segs.append({"frame": frame, "conn": cid, "from_client": False, "ts_ns": t, "tcp_flags": fl})
                 frame += 1
         conns.append({"conn": cid, "client": client, "client_port": cport, "server": "10.0.2.11", "server_port": 8080,
@@ -257,12 +255,8 @@ def test_syn_retries():
     conn_frame = pl.DataFrame(conns, schema_overrides={
         "conn": pl.UInt32, "client_port": pl.UInt16, "server_port": pl.UInt16, "synack_ts_ns": pl.Int64,
         "last_ts_ns": pl.Int64, "rtt_client_server_ns": pl.Int64})
-    # tcp_segments with its own times and flags, and the older layout (those from the packets)
+    # tcp_segments carries its own times and flags (analyzer/tcp: SEGMENT_DESCRIPTIONS); packets is not read
     c = FakeCapture(tcp_segments=seg_frame, connections=conn_frame)
-    old = FakeCapture(packets=pl.DataFrame(pk, schema_overrides={"frame": pl.UInt32, "ts_ns": pl.Int64,
-                                                                 "tcp_flags": pl.UInt8}),
-                      tcp_segments=seg_frame.drop("ts_ns", "tcp_flags"), connections=conn_frame)
-    assert rs.detect(old, rs.Params()).drop("finding_id").equals(rs.detect(c, rs.Params()).drop("finding_id"))
     f = rs.detect(c, rs.Params(max_gap_ns=10 * S))
     assert f.height == 1
     r = f.row(0, named=True)
@@ -272,6 +266,21 @@ def test_syn_retries():
     assert "clients retry in phase" in e
     # exponential without jitter but in phase: not lowered; A = 5 with 4 clients: medium
     assert r["severity"] == "medium"
+
+
+def test_syn_retry_resource_brackets_an_ipv6_server():
+    segs = pl.DataFrame({"frame": [1, 2], "conn": [0, 1], "from_client": [True, True], "ts_ns": [T0, T0 + S],
+                         "tcp_flags": [0x02, 0x02]},
+                        schema_overrides={"frame": pl.UInt32, "conn": pl.UInt32, "tcp_flags": pl.UInt8})
+    conns = pl.DataFrame({"conn": [0, 1], "client": ["2001:db8::2", "10.0.0.2"], "client_port": [40000, 40001],
+                          "server": ["2001:db8::1", "10.0.0.1"], "server_port": [53, 53],
+                          "synack_ts_ns": [None, None], "last_ts_ns": [T0, T0 + S], "rtt_client_server_ns": [None, None],
+                          "server_rst": [False, False]},
+                         schema_overrides={"conn": pl.UInt32, "client_port": pl.UInt16, "server_port": pl.UInt16,
+                                           "synack_ts_ns": pl.Int64, "rtt_client_server_ns": pl.Int64})
+    sends, _ = rs.syn_sends(FakeCapture(tcp_segments=segs, connections=conns))
+    assert sends.sort("frame")["resource"].to_list() == ["[2001:db8::1]:53", "10.0.0.1:53"]
+    assert sends["key_resource"].to_list() == sends["resource"].to_list()
 
 
 def test_resolution_limits_classification():

@@ -417,6 +417,18 @@ def test_entry_point_copy_of_the_severities_agrees():
     assert tuple(SEVERITY_CHOICES) == SEVERITIES
 
 
+def test_entry_point_copy_of_the_scan_formats_agrees():
+    """The entry point writes scan's --format choices out (importing detectors would load Polars for
+    --help): they must be the formats detectors/report.py renders, in order."""
+    import click
+
+    from analyzer.cli import scan
+    from detectors.report import FORMATS
+
+    (fmt,) = [p for p in scan.params if p.name == "fmt"]
+    assert isinstance(fmt.type, click.Choice) and tuple(fmt.type.choices) == FORMATS
+
+
 def test_each_rule_fails_on_a_breach():
     """Every rule, run over a made-up tree that breaks it, fails naming the file, line and rule."""
     def tree(**files):

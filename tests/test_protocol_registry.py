@@ -43,7 +43,7 @@ def test_derived_lists_equal_the_declarations():
     assert tx == ("dns_transactions", "kerberos_transactions", "ldap_transactions", "smb2_transactions")
     assert registry.transaction_frames() == base.TRANSACTION_FRAMES == tx
     assert base.PROTOCOL_KINDS == tuple(p.name for p in declared if p.transactions)
-    assert herd.KINDS == base.PROTOCOL_KINDS and retry_storm.KINDS == base.PROTOCOL_KINDS + ("tcp",)
+    assert herd.KINDS == base.PROTOCOL_KINDS and retry_storm.KINDS == base.PROTOCOL_KINDS + ("tcp_syn",)
     assert set(tx) <= set(herd.REQUIRES) and set(tx) <= set(retry_storm.REQUIRES)
     assert stats.protocol_names() == {p.name: p.title for p in declared if p.transactions} == {
         "dns": "DNS", "kerberos": "Kerberos", "ldap": "LDAP", "smb2": "SMB2"}
@@ -55,6 +55,18 @@ def test_derived_lists_equal_the_declarations():
     assert conn_churn._protocol_words("ldap") == ("LDAP operations (ldap_transactions)", "bind")
     assert conn_churn._protocol_words("smb2") == ("SMB2 opens (smb2_transactions)", "negotiate/session setup")
     assert conn_churn._protocol_words("tcp") == conn_churn.TCP_WORDS
+
+
+def test_titles_and_declarations_hash_by_identity():
+    declared = registry.protocols()
+    assert registry.titles() == {p.name: p.title for p in declared}
+    assert registry.titles(with_transactions=True) == stats.protocol_names()
+    # frozen with dict fields: hashed and compared by identity, so declarations can key a dict
+    assert len({p: p.name for p in declared}) == len(declared)
+    dns = registry.protocol("dns")
+    twin = Protocol(name=dns.name, title=dns.title, spec=dns.spec, services=dict(dns.services))
+    assert twin != Protocol(name=dns.name, title=dns.title, spec=dns.spec, services=dict(dns.services))
+    assert twin in {twin} and twin not in set(declared) and dns in set(declared)
 
 
 def test_sentence_wording_comes_from_the_declarations():

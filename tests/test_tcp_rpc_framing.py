@@ -150,13 +150,37 @@ def test_zero_length_fragments_are_bounded(read_capture):
     stream = struct.pack(">I", 0) * 3 + record(msg)
     _, sets = frame_rpc(read_capture, handshake() + steps_for(stream))
     assert bodies(sets) == [msg] and sets[0].frame["complete"][0]
-    # a stream of nothing but zero-length fragments: every MAX_RPC_FRAGMENTS of them end a record there,
-    # unfinished, and the stream's end ends the last one (bounded work, no message of any length)
+    # a stream of nothing but zero-length fragments: MAX_RPC_FRAGMENTS of them end a record there,
+    # unfinished; what follows is no record start (a zero-length fragment cannot hold an RPC header) and
+    # no later segment starts one, so framing gives up on the rest (bounded work, one empty message)
     n = framing.MAX_RPC_FRAGMENTS + 10
     hostile = struct.pack(">I", 0) * n
     _, sets = frame_rpc(read_capture, handshake() + steps_for(hostile, range(1400, len(hostile), 1400)))
-    f = sets[0].frame
-    assert f.height == 2 and not f["complete"].any() and (f["wire_length"] == 0).all()
+    f, stats = sets[0].frame, sets[0].stats
+    assert f.height == 1 and not f["complete"][0] and f["wire_length"][0] == 0
+    assert stats["gave_up"].any() and stats["skipped_bytes"].sum() == 10 * 4
+
+
+def test_rest_of_an_unfinished_record_is_not_a_new_record(read_capture):
+    """A record stopped at MAX_RPC_FRAGMENTS without its last fragment: the fragment after it is the
+    same record's, not a new one, so it is framed only if it looks like a call or reply; here it does
+    not (its "msg_type" is 0xdeadbeef) and framing resynchronises at the next segment's real call."""
+    good = rpc_call(9, b"g" * 16)
+    hostile = struct.pack(">I", 0) * framing.MAX_RPC_FRAGMENTS
+    tail = struct.pack(">I", LAST | 40) + b"\xde\xad\xbe\xef" * 10
+    stream = hostile + tail + record(good)
+    cuts = [*range(1400, len(hostile), 1400), len(hostile + tail)]
+    _, sets = frame_rpc(read_capture, handshake() + steps_for(stream, cuts))
+    f, stats = sets[0].frame, sets[0].stats
+    assert f.height == 2 and not f["complete"][0] and f["wire_length"][0] == 0
+    assert sets[0].message_bytes(1) == good and f["complete"][1]
+    assert not any(b.startswith(b"\xde\xad\xbe\xef") for b in bodies(sets))
+    assert stats["resyncs"].sum() == 1 and stats["skipped_bytes"].sum() == len(tail) and not stats["gave_up"].any()
+    # with nothing after the tail the rest of the direction is given up, not framed
+    _, sets = frame_rpc(read_capture, handshake() + steps_for(hostile + tail, cuts[:-1]))
+    f, stats = sets[0].frame, sets[0].stats
+    assert f.height == 1 and not f["complete"][0]
+    assert stats["gave_up"].any() and stats["skipped_bytes"].sum() == len(tail)
 
 
 def test_implausible_fragment_length_is_not_a_record(read_capture):

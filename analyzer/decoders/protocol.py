@@ -3,9 +3,11 @@
 A decoder module declares ``PROTOCOL = Protocol(...)`` beside its frame builders, and
 ``analyzer/decoders/registry.py`` lists the module once. Every list that names protocols — the
 transaction frames the detectors read, ``stats``' protocol order and names, the service names of
-``info``'s port table, the framings used on TCP, the nouns detectors put in their sentences — is
-derived from these declarations (:mod:`analyzer.decoders.registry`), so adding a protocol touches
-its own module(s) and that one line.
+``info``'s port table, which ports are framed with which TCP framing, the nouns detectors put in
+their sentences — is derived from these declarations (:mod:`analyzer.decoders.registry`), so adding
+a protocol touches its own module(s) and that one line. The TCP framings themselves are not: a
+declaration names one of the framing kernels of ``analyzer.tcp.framing.FRAMINGS`` (a new wire
+framing is a kernel there).
 """
 from __future__ import annotations
 
@@ -23,10 +25,11 @@ from dataclasses import dataclass, field
 CLIENT_SIDE_RULES = ("service_port", "connection_initiator", "message")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # identity equality and hash: its dict fields are not hashable
 class Protocol:
     """What a decoder is: its name, where it listens, how its TCP stream is framed, which side is the
-    client, the frames it builds and the words a sentence about it uses."""
+    client, the frames it builds and the words a sentence about it uses. Frozen; compared and hashed
+    by identity (one declaration per protocol), so it can key a dict or sit in a set."""
 
     name: str  # lower-case key: frame prefix ("dns" -> dns_messages), the ``protocol`` value of stats
     title: str  # how a person writes it: "DNS", "Kerberos", "SMB2"

@@ -75,6 +75,12 @@ def module(name: str):
     return _MODULES[name]
 
 
+def titles(*, with_transactions: bool = False) -> dict[str, str]:
+    """name -> title ("dns" -> "DNS") of every registered protocol (only those with a transactions
+    frame when ``with_transactions``), in registration order."""
+    return {p.name: p.title for p in protocols() if p.transactions or not with_transactions}
+
+
 def transaction_frames() -> tuple[str, ...]:
     """The frames that start with common.TRANSACTION_COMMON, one per protocol that pairs requests."""
     return tuple(p.transactions for p in protocols() if p.transactions)

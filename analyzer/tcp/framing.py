@@ -18,9 +18,10 @@ Framings (the ``framing`` argument):
   byte. Hostile input: a fragment longer than :data:`MAX_RPC_FRAGMENT`, a record longer than
   :data:`MAX_RPC_MESSAGE` or with more than :data:`MAX_RPC_FRAGMENTS` fragments (zero-length ones
   count) ends the record there; a record whose last fragment never comes (the stream ends, or a mark
-  falls into a gap) is a message with ``complete`` False, and framing resynchronises after it at the
-  next segment that starts like an RPC call or reply (RFC 5531 §9: msg_type CALL with rpcvers 2, or
-  REPLY). Kerberos's ``"record_mark"`` (one fragment, the high bit reserved) is a framing of its own.
+  falls into a gap) is a message with ``complete`` False, and framing goes on after it only where an
+  RPC call or reply plausibly starts (RFC 5531 §9: msg_type CALL with rpcvers 2, or REPLY): right
+  after it, or else it resynchronises at the next segment that starts like one. Kerberos's
+  ``"record_mark"`` (one fragment, the high bit reserved) is a framing of its own.
 
 Messages split over many segments and many messages in one segment both work. Only the first
 ``max_copy`` bytes of a message are copied into the message buffer (``length``); ``wire_length`` keeps
@@ -211,7 +212,8 @@ def _rpc_record(buf, p_start, p_avail, p_off, lo, hi, pos, end, max_copy, out_bu
     """One ONC-RPC record starting at stream position pos (RFC 5531 §11), its fragments' bytes copied
     to out_buf[at:] (at most max_copy, and only while contiguous). Returns (stream bytes the record
     spans, -1 when no record mark starts at pos; message bytes on the wire; bytes copied; every byte
-    captured and the last fragment seen; out of room in out_buf)."""
+    captured and the last fragment seen; the last fragment seen (False: the record stopped unfinished,
+    so what follows is not known to start a record); out of room in out_buf)."""
     x = pos
     wire = np.int64(0)
     copied = np.int64(0)
@@ -229,15 +231,11 @@ def _rpc_record(buf, p_start, p_avail, p_off, lo, hi, pos, end, max_copy, out_bu
         if copying and copied < max_copy:
             limit = body + min(flen, max_copy - copied)
             if at + copied + (limit - body) > out_buf.shape[0]:
-                return 0, 0, 0, False, True
+                return 0, 0, 0, False, False, True
             reached = _copy_span(buf, p_start, p_avail, p_off, lo, hi, body, limit, out_buf, at + copied)
             copied += reached - body
             copying = reached >= limit  # after a hole later bytes cannot follow contiguously
-        elif copying:
-            reached = body + flen  # past the copy limit: only whether it was captured matters
-            if whole:
-                reached = _captured_until(p_start, p_avail, lo, hi, body, body + flen)
-        if whole:
+        if whole:  # past the copy limit (reached == body) only whether it was captured matters
             whole = _captured_until(p_start, p_avail, lo, hi, reached, body + flen) >= body + flen
         wire += flen
         n_frag += 1
@@ -246,13 +244,13 @@ def _rpc_record(buf, p_start, p_avail, p_off, lo, hi, pos, end, max_copy, out_bu
             ended = True
             break
     if n_frag == 0:
-        return -1, 0, 0, False, False
-    return x - pos, wire, copied, whole and ended, False
+        return -1, 0, 0, False, False, False
+    return x - pos, wire, copied, whole and ended, ended, False
 
 
 @njit(cache=True)
-def frame_messages(kind, buf, p_dir, p_start, p_end, p_avail, p_off, p_frame, p_ts, dir_lo, dir_hi,
-                   stream_end, verify_first, max_copy, out_buf, msg_cap):
+def frame_messages(kind, buf, p_start, p_avail, p_off, p_frame, p_ts, dir_lo, dir_hi, stream_end, verify_first,
+                   max_copy, out_buf, msg_cap):
     """Frame every direction. dir_lo/dir_hi: piece index range per direction (sorted by start). Room for
     msg_cap messages and out_buf's bytes; when either runs out framing stops and ``full`` says which
     (FULL_BUFFER / FULL_MESSAGES) so the caller can retry with more."""
@@ -283,12 +281,13 @@ def frame_messages(kind, buf, p_dir, p_start, p_end, p_avail, p_off, p_frame, p_
         need_check = verify_first[d]
         while pos < end:
             total, mstart, mlen, copied, whole, emit = np.int64(-1), np.int64(0), np.int64(0), np.int64(0), False, False
+            ended = True  # the message found ends where its framing says (an RPC record may stop unfinished)
             if not need_check or _looks_like_start(kind, buf, p_start, p_avail, p_off, lo, hi, pos):
                 if kind == RPC_RECORD_MARK:
                     if nm >= cap:
                         full = FULL_MESSAGES
                         break
-                    total, mlen, copied, whole, out_of_room = _rpc_record(
+                    total, mlen, copied, whole, ended, out_of_room = _rpc_record(
                         buf, p_start, p_avail, p_off, lo, hi, pos, end, max_copy, out_buf, used)
                     if out_of_room:
                         full = FULL_BUFFER
@@ -298,7 +297,9 @@ def frame_messages(kind, buf, p_dir, p_start, p_end, p_avail, p_off, p_frame, p_
                     hdr, body, moff, emit = _header(kind, buf, p_start, p_avail, p_off, lo, hi, pos)
                     if hdr >= 0:
                         total, mstart, mlen = hdr + body, pos + moff, hdr + body - moff
-            need_check = False
+            # after an RPC record that stopped unfinished (a fragment or message bound, or a lost mark)
+            # its remaining bytes are not known to start a record: the next one must look like a start
+            need_check = not ended
             if total < 0:
                 # resynchronise at the next piece that starts a plausible message
                 k = _locate(p_start, lo, hi, pos) + 1
@@ -311,6 +312,7 @@ def frame_messages(kind, buf, p_dir, p_start, p_end, p_avail, p_off, p_frame, p_
                 skipped[d] += p_start[k] - pos
                 resyncs[d] += 1
                 pos = p_start[k]
+                need_check = False  # it was just checked
                 continue
             if emit:
                 if nm >= cap:
@@ -374,7 +376,7 @@ def _payload_segments(cap) -> pl.DataFrame:
     return cap.memo("tcp_payload_segments", build)
 
 
-CLIENT_SIDE_RULES = ("service_port", "connection_initiator")  # what TCP can tell without the bytes
+TCP_CLIENT_SIDE_RULES = ("service_port", "connection_initiator")  # what TCP can tell without the bytes
 
 
 def tcp_messages(cap, framing: str, service_ports: set[int], *, max_copy: int | None = None,
@@ -385,8 +387,8 @@ def tcp_messages(cap, framing: str, service_ports: set[int], *, max_copy: int | 
     lower one when both ends use one; the same port at both ends: as "connection_initiator");
     "connection_initiator", the connection's client as analyzer.tcp decides it (the SYN sender; without
     the handshake the receiver of the SYN/ACK, else the higher port)."""
-    if client_side not in CLIENT_SIDE_RULES:
-        raise ValueError(f"client_side {client_side!r}: expected one of {', '.join(CLIENT_SIDE_RULES)}")
+    if client_side not in TCP_CLIENT_SIDE_RULES:
+        raise ValueError(f"client_side {client_side!r}: expected one of {', '.join(TCP_CLIENT_SIDE_RULES)}")
     kind = FRAMINGS[framing]
     max_copy = DEFAULT_MAX_COPY[framing] if max_copy is None else max_copy
     conns = cap.frame("connections")
@@ -408,30 +410,34 @@ def tcp_messages(cap, framing: str, service_ports: set[int], *, max_copy: int | 
                          segs["payload_caplen"].fill_null(0).to_numpy().astype(np.int64),
                          segs["payload_offset"].fill_null(0).to_numpy().astype(np.int64),
                          segs["frame"].to_numpy().astype(np.int64), segs["ts_ns"].to_numpy(), n_dirs)
-    p_dir, p_start, p_end, p_avail, p_off, p_frame, p_ts, stream_end, hole_bytes, uncaptured, dup, conflict = built
+    p_dir, p_start, _, p_avail, p_off, p_frame, p_ts, stream_end, hole_bytes, uncaptured, dup, conflict = built
     order = np.lexsort((p_start, p_dir))
-    p_dir, p_start, p_end, p_avail, p_off, p_frame, p_ts = (a[order] for a in
-                                                            (p_dir, p_start, p_end, p_avail, p_off, p_frame, p_ts))
+    p_dir, p_start, p_avail, p_off, p_frame, p_ts = (a[order] for a in (p_dir, p_start, p_avail, p_off, p_frame, p_ts))
     dir_lo = np.searchsorted(p_dir, np.arange(n_dirs), side="left").astype(np.int64)
     dir_hi = np.searchsorted(p_dir, np.arange(n_dirs), side="right").astype(np.int64)
     saw_syn = segs.group_by("dir").agg(((pl.col("tcp_flags") & 0x02) != 0).any().alias("syn"))
     syn_by_dir = dict(zip(saw_syn["dir"].to_list(), saw_syn["syn"].to_list()))
     verify_first = np.array([not syn_by_dir.get(int(d), False) for d in dirs.to_list()], np.bool_)
     # room for the usual case (a message or two per segment); when many small messages share a segment
-    # it runs out and framing is redone with more: bytes, at once every captured byte (a stream byte is
-    # copied at most once); messages, doubled up to one per 2 captured bytes (the shortest header, BER's,
-    # is 2 bytes and every message's header was captured) plus one per segment
+    # it runs out and framing is redone with more: bytes, at once every captured byte plus max_copy (a
+    # stream byte is copied at most once, and the room check asks for up to max_copy bytes before the
+    # copy finds how many were captured), so one retry always suffices; messages, doubled up to one per
+    # 2 captured bytes (the shortest header, BER's, is 2 bytes and every message's header was captured)
+    # plus one per segment
     captured = int((p_avail - p_start).clip(min=0).sum())
     most_messages = captured // 2 + p_dir.shape[0] + 16
+    most_bytes = captured + max_copy + 16
     capacity = int(np.minimum(p_avail - p_start, max_copy).clip(min=0).sum()) + 16
     msg_cap = p_dir.shape[0] * 2 + 16
     while True:
         out_buf = np.empty(capacity, np.uint8)
         (m_dir, m_stream, m_off, m_len, m_wire, m_ff, m_fl, m_tf, m_tl, m_all, resyncs, skipped, gave_up,
-         used, full) = frame_messages(kind, cap.buf, p_dir, p_start, p_end, p_avail, p_off, p_frame, p_ts, dir_lo,
-                                      dir_hi, stream_end, verify_first, max_copy, out_buf, msg_cap)
+         used, full) = frame_messages(kind, cap.buf, p_start, p_avail, p_off, p_frame, p_ts, dir_lo, dir_hi,
+                                      stream_end, verify_first, max_copy, out_buf, msg_cap)
         if full == FULL_BUFFER:
-            capacity = max(capacity * 2, captured + 16)
+            if capacity >= most_bytes:
+                raise AssertionError("framing: more bytes copied than captured")  # cannot happen
+            capacity = most_bytes
         elif full == FULL_MESSAGES:
             if msg_cap >= most_messages:
                 raise AssertionError("framing: more messages than captured headers")  # cannot happen

@@ -153,9 +153,10 @@ def proof_charts(cap, finding: dict, findings: pl.DataFrame | None = None,
                  tx: pl.DataFrame | None = None, whole: bool = False) -> list[tuple[object, str]]:
     """The charts that prove ``finding`` (a findings row as a dict), each with a one-line caption:
     the detector's registered proof, else :func:`generic_proof`. Each opens zoomed on the finding's
-    window with context (scroll to zoom out), or on the whole capture with ``whole``."""
+    window with context (scroll to zoom out), or on the whole capture with ``whole``. The proofs are
+    those registered (the package runs :func:`discover` once, when it is imported)."""
     proof = Proof.of(cap, finding, findings, tx, whole)
-    fn = discover().get(finding["detector"], generic_proof)
+    fn = _REGISTRY.get(finding["detector"], generic_proof)
     return fn(proof)
 
 

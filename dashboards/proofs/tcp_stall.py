@@ -16,6 +16,7 @@ from analyzer.tcp.analysis import ANY_RETRANSMISSION
 
 from ..charts.base import (MAX_ROWS, PANEL_WIDTH, TIME_TITLE, empty, finish, linked_zoom as _linked_zoom,
                            nice_bin_ns, opening_view as _view, seconds_domain as _domain, windows_rect)
+from ..frames import endpoint_matches
 from .base import Proof, proof_chart
 
 
@@ -32,13 +33,9 @@ def stall_connection(segments: pl.DataFrame, connections: pl.DataFrame, finding:
     resource = finding.get("resource") or ""
     ends = {e.strip() for e in resource.replace("–", "-").split("-") if e.strip()} if resource else set()
     if len(ends) == 2:
-        c = connections.with_columns(
-            pl.format("{}:{}", pl.col("client").cast(pl.String), "client_port").alias("a"),
-            pl.format("{}:{}", pl.col("server").cast(pl.String), "server_port").alias("b"),
-            pl.format("[{}]:{}", pl.col("client").cast(pl.String), "client_port").alias("a6"),
-            pl.format("[{}]:{}", pl.col("server").cast(pl.String), "server_port").alias("b6"))
-        hit = c.filter((pl.col("a").is_in(list(ends)) | pl.col("a6").is_in(list(ends)))
-                       & (pl.col("b").is_in(list(ends)) | pl.col("b6").is_in(list(ends))))
+        def either(addr: str, port: str) -> pl.Expr:
+            return pl.any_horizontal([endpoint_matches(addr, port, e) for e in sorted(ends)])
+        hit = connections.filter(either("client", "client_port") & either("server", "server_port"))
         if hit.height:
             return int(hit["conn"][0])
     return None
