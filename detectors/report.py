@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import json
 import shlex
-from xml.sax.saxutils import escape, quoteattr
 
 import polars as pl
 from rich.markup import escape as esc
@@ -218,6 +217,8 @@ def junit_xml(results: list[tuple[dict, list[dict]]], fail_on: str) -> str:
     """JUnit XML that CI systems display: one test suite per capture, one test case per finding
     (failing at or above ``fail_on``, passing below it, its text in ``system-out`` either way), and
     a passing case for each detector that found nothing, so every run detector shows."""
+    from xml.sax.saxutils import escape, quoteattr  # lazy: loads urllib.request and http.client (junit only)
+
     suites, total_tests, total_failures = [], 0, 0
     for summary, records in results:
         label = "+".join(summary["files"])

@@ -43,11 +43,11 @@ from ..schema import FRAMES, Column, column, empty_frame, polars_type
 from .protocol import Protocol
 from . import ber
 from .common import TRANSACTION_COMMON, named_codes, unbroken_duration
-from .kerberos_kernels import (  # noqa: F401  (the kernels and their field layout)
+from .kerberos_layout import (  # noqa: F401  (the field layout; the kernels load with the first message)
     I_APP, I_CTIME, I_ENC_ETYPE, I_ENC_KVNO, I_ERROR_CODE, I_KDC_OPTIONS,
     I_MSG_TYPE, I_NONCE, I_PREAUTH, I_PREAUTH_ETYPE, I_PVNO, I_STATUS,
     I_STIME, I_TICKET_ETYPE, I_TICKET_KVNO, I_TILL, N_INTS, N_STRS,
-    STR_NAMES, decode_all)
+    STR_NAMES)
 
 PROTOCOL = Protocol(
     name="kerberos", title="Kerberos", spec="RFC 4120", udp_ports=(88,), tcp_ports=(88,),
@@ -195,6 +195,7 @@ class Params:
 
 def _kernel(ms: MessageSet):
     """Run the kernel over one set: (row -> message index, ints, spans, arena)."""
+    from .kerberos_kernels import decode_all  # lazy: its Numba kernels load only when there are Kerberos messages
     n = ms.height
     offsets = ms.frame["offset"].to_numpy().astype(np.int64)
     lengths = ms.frame["length"].to_numpy().astype(np.int64)

@@ -52,11 +52,12 @@ from ..schema import FRAMES, Column, column, empty_frame, polars_type
 from .protocol import Protocol
 from . import ber
 from .common import TRANSACTION_COMMON, named_codes
-from .ldap_kernels import (  # noqa: F401  (the kernels and their field layout)
-    MAX_FILTER_DEPTH, I_ABANDON_ID, I_ATTR_COUNT, I_AUTH, I_CRED_LEN, I_DELETE_OLD_RDN, I_DEREF,
+from .ldap_filter import MAX_FILTER_DEPTH  # noqa: F401  (public here too)
+from .ldap_layout import (  # noqa: F401  (the field layout; the kernels load with the first message)
+    I_ABANDON_ID, I_ATTR_COUNT, I_AUTH, I_CRED_LEN, I_DELETE_OLD_RDN, I_DEREF,
     I_MSGID, I_OP, I_OPAQUE, I_RESULT, I_SASL, I_SCOPE,
     I_SIZE_LIMIT, I_STATUS, I_TIME_LIMIT, I_TYPES_ONLY, I_UNIT, I_VERSION,
-    N_INTS, N_STRS, count_units, decode_all, fill_units)
+    N_INTS, N_STRS)
 
 PROTOCOL = Protocol(
     name="ldap", title="LDAP", spec="RFC 4511", udp_ports=(389,), tcp_ports=(389, 3268),
@@ -208,6 +209,8 @@ class Params:
 # --- Python side ------------------------------------------------------------------------------------
 
 def _kernel(ms: MessageSet):
+    from .ldap_kernels import count_units, decode_all, fill_units  # lazy: Numba kernels, only with LDAP messages
+
     offsets = ms.frame["offset"].to_numpy().astype(np.int64)
     lengths = ms.frame["length"].to_numpy().astype(np.int64)
     n = offsets.shape[0]

@@ -15,6 +15,12 @@ with ``samples/synth.py`` and times, in one run:
   tshark tcp analysis ``tshark -2`` with ``tcp.analysis.*`` fields (placeholder, to be extended)
 
 and prints seconds, packets/s, peak RSS and ratios (to ``cat`` and to herdscope's ingest).
+
+Then the fixed cost of a process (``--fixed-runs N``, default 5; 0 skips it): the median wall and CPU
+time (user + system, the command's own) over N runs, after one warm-up run, of ``herdscope --version``,
+``herdscope detectors``, and ``info`` / ``scan`` / ``scan --detectors herd`` of a one-packet capture
+cut from the benchmark capture: what every command pays before its first packet (imports, Numba's
+cached kernels). Issue 13's target for it is under 0.5 s.
 Peak RSS: subprocess stages report the command's own peak (``/usr/bin/time -v``, else
 ``getrusage(RUSAGE_CHILDREN)``); in-process stages report this process's RSS sampled during the
 stage, so it includes the interpreter, imports and whatever earlier stages left behind. The machine
@@ -37,6 +43,7 @@ import platform
 import re
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -483,6 +490,89 @@ def ensure_capture(cache: Path, packets: int, seed: int, fmt: str, regenerate: b
 
 
 # ------------------------------------------------------------------------------------------------
+# the fixed cost of a process
+# ------------------------------------------------------------------------------------------------
+
+FIXED_COST_TARGET_S = 0.5  # issue 13: what a process may cost before its first packet
+# (label, arguments; ONE stands for the one-packet capture)
+FIXED_COST_COMMANDS = [
+    ("--version", ["--version"]),
+    ("detectors", ["detectors"]),
+    ("info, 1 packet", ["info", "ONE"]),
+    ("scan, 1 packet", ["scan", "ONE", "--fail-on", "critical"]),
+    ("scan herd, 1 packet", ["scan", "ONE", "--detectors", "herd", "--fail-on", "critical"]),
+]
+
+
+def one_packet_capture(path: Path, fmt: str, out_dir: Path) -> Path | None:
+    """The first packet of ``path`` as a capture of its own (editcap, else the first pcap record)."""
+    out = out_dir / f"one-packet.{fmt}"
+    editcap = shutil.which("editcap")
+    if editcap:
+        subprocess.run([editcap, "-r", str(path), str(out), "1"], check=True, capture_output=True)
+        return out
+    if fmt != "pcap":
+        return None
+    with open(path, "rb") as f:
+        head = f.read(24 + 16)
+        little = head[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1")
+        caplen = int.from_bytes(head[24 + 8:24 + 12], "little" if little else "big")
+        out.write_bytes(head + f.read(caplen))
+    return out
+
+
+def fixed_costs(ctx: Ctx) -> list[dict]:
+    """Each command of FIXED_COST_COMMANDS run ``--fixed-runs`` times (after a warm-up): median wall
+    and CPU seconds, and the exit code of the last run."""
+    found = _herdscope_cmd()
+    if found is None:
+        return []
+    cmd, _ = found
+    with tempfile.TemporaryDirectory(dir=ctx.args.cache_dir, prefix="fixed-") as tmp:
+        one = one_packet_capture(ctx.path, ctx.args.format, Path(tmp))
+        rows = []
+        for label, args in FIXED_COST_COMMANDS:
+            if "ONE" in args and one is None:
+                rows.append({"command": label, "status": "unavailable", "note": "no editcap to cut one packet"})
+                continue
+            full = [*cmd, *[str(one) if a == "ONE" else a for a in args]]
+            walls, cpus, code = [], [], None
+            for k in range(ctx.args.fixed_runs + 1):  # the first run warms caches and is not counted
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                t0 = time.perf_counter()
+                proc = subprocess.run(full, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
+                wall = time.perf_counter() - t0
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                code = proc.returncode
+                if k:
+                    walls.append(wall)
+                    cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+            status = "ok" if code in (0, 1) else "failed"
+            rows.append({"command": label, "argv": args, "status": status, "exit": code,
+                         "wall_s": statistics.median(walls), "cpu_s": statistics.median(cpus), "runs": len(walls),
+                         "note": "" if status == "ok" else tail(proc.stderr.decode(errors="replace"))})
+    return rows
+
+
+def print_fixed_costs(rows: list[dict]) -> None:
+    if not rows:
+        return
+    print()
+    n = max((r.get("runs", 0) for r in rows), default=0)
+    head = (f"{'fixed cost of a process':<24} {'wall s':>8} {'cpu s':>8}  "
+            f"(median of {n}; target < {FIXED_COST_TARGET_S:g} s)")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        if r["status"] == "unavailable":
+            print(f"{r['command']:<24} {'-':>8} {'-':>8}  {r['note']}")
+            continue
+        verdict = "ok" if r["wall_s"] < FIXED_COST_TARGET_S else "MISSES"
+        note = f"FAILED exit {r['exit']}: {r['note']}" if r["status"] == "failed" else verdict
+        print(f"{r['command']:<24} {r['wall_s']:8.3f} {r['cpu_s']:8.3f}  {note}")
+
+
+# ------------------------------------------------------------------------------------------------
 # output
 # ------------------------------------------------------------------------------------------------
 
@@ -549,6 +639,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", metavar="OUT", help="write machine-readable results to OUT")
     ap.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE, help="where captures are cached (.bench/)")
     ap.add_argument("--regenerate", action="store_true", help="regenerate the capture even if cached")
+    ap.add_argument("--fixed-runs", type=int, default=5, metavar="N",
+                    help="runs of each fixed-cost command (median reported; 0 skips that section)")
     args = ap.parse_args(argv)
     args.cache_dir = args.cache_dir.resolve()
 
@@ -576,13 +668,19 @@ def main(argv=None) -> int:
             res = Result(st.name, status="failed", note=f"{type(e).__name__}: {tail(str(e))}")
         failed |= res.status == "failed"
         ctx.results.append(res)
+    fixed = []
+    if args.fixed_runs > 0 and (not args.only or "fixed cost" in args.only):
+        print("... fixed cost", file=sys.stderr, flush=True)
+        fixed = fixed_costs(ctx)
+        failed |= any(r["status"] == "failed" for r in fixed)
     print_table(ctx)
     print_ratios(ctx)
+    print_fixed_costs(fixed)
     if args.json:
         doc = {"capture": str(path), "packets": args.packets, "bytes": size, "seed": args.seed,
                "format": args.format, "generated_s": gen_s, "synth_digest": synth_digest(),
                "machine": {"node": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version()},
-               "stages": []}
+               "stages": [], "fixed_cost": fixed}
         for r in ctx.results:
             d = asdict(r)
             d["packets_per_s"] = (r.packets or args.packets) / r.seconds if r.seconds else None
