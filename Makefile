@@ -39,12 +39,14 @@ dashboard: setup
 screenshot: setup
 	HERDSCOPE_UPDATE_SCREENSHOT=1 $(BIN)/python -m pytest -q tests/test_dashboard_browser.py
 
+# on every core (pytest-xdist); TEST_WORKERS=0 runs in one process
+TEST_WORKERS ?= auto
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 # Also the slow tests (large generated captures).
 test-all: setup
-	$(BIN)/python -m pytest -q -m 'not real_samples'
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not real_samples"
 
 bench: setup
 	$(BIN)/python tests/benchmarks/bench.py

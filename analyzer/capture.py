@@ -21,7 +21,7 @@ from .source import CaptureBytes
 # imported on the first request for a frame the reader does not make, so reading only packets (export
 # --frames packets) pays for neither their import nor their Numba cache loading.
 FRAME_BUILDERS: dict[str, Callable[["Capture"], pl.DataFrame]] = {}
-_BUILDER_MODULES = ("analyzer.tcp", "analyzer.decoders.registry")
+_BUILDER_MODULES = ("analyzer.tcp", "analyzer.decoders.registry", "analyzer.mac_control")
 
 
 def _load_builders() -> None:

@@ -82,17 +82,26 @@ def _shb_options(buf: np.ndarray, big_endian: bool) -> dict[str, str]:
     return _text_options(buf, 24, min(blen - 4, len(buf)), order, names)
 
 
-def _text_options(buf, start, end, order, names) -> dict[str, str]:
+def _option_bytes(buf, start, end, order, codes) -> dict[int, bytes]:
+    """The first value of each pcapng option in ``codes`` found between ``start`` and ``end``."""
     found = {}
     pos = start
     while pos + 4 <= end:
         code, length = struct.unpack(order + "HH", bytes(buf[pos:pos + 4]))
         if code == 0 or pos + 4 + length > end:
             break
-        if code in names and names[code] not in found:
-            found[names[code]] = bytes(buf[pos + 4:pos + 4 + length]).decode("utf-8", "replace").rstrip("\0")
+        if code in codes and code not in found:
+            found[code] = bytes(buf[pos + 4:pos + 4 + length])
         pos += 4 + ((length + 3) & ~3)
     return found
+
+
+def _text_options(buf, start, end, order, names) -> dict[str, str]:
+    return {names[code]: value.decode("utf-8", "replace").rstrip("\0")
+            for code, value in _option_bytes(buf, start, end, order, names).items()}
+
+
+IF_NAME, IF_DESCRIPTION, IF_SPEED = 2, 3, 8  # pcapng Interface Description Block options
 
 
 def _interfaces_frame(fmt: FileFormat, buf, ifaces, n_ifaces: int, packets: pl.DataFrame) -> pl.DataFrame:
@@ -100,7 +109,7 @@ def _interfaces_frame(fmt: FileFormat, buf, ifaces, n_ifaces: int, packets: pl.D
         arrays = {"iface": np.zeros(1, np.uint16), "section": np.zeros(1, np.uint16),
                   "linktype": np.array([fmt.linktype], np.int32), "snaplen": np.array([fmt.snaplen], np.uint32),
                   "ts_resolution_ns": np.array([1.0 if fmt.nanosecond else 1000.0]),
-                  "ts_offset_s": np.zeros(1, np.int64), "name": [None]}
+                  "ts_offset_s": np.zeros(1, np.int64), "name": [None], "speed_bps": np.zeros(1, np.int64)}
     else:
         n = n_ifaces
         exp = ifaces.ts_exp[:n].astype(np.float64)
@@ -108,17 +117,24 @@ def _interfaces_frame(fmt: FileFormat, buf, ifaces, n_ifaces: int, packets: pl.D
         arrays = {"iface": np.arange(n, dtype=np.uint16), "section": ifaces.section[:n].copy(),
                   "linktype": ifaces.linktype[:n].copy(), "snaplen": ifaces.snaplen[:n].copy(),
                   "ts_resolution_ns": resolution, "ts_offset_s": ifaces.ts_offset_s[:n].copy()}
-        names = []
-        for k in range(n):
+        names, speeds = [], []
+        for k in range(n):  # one IDB each: a handful per file
             off = int(ifaces.block_off[k])
             order = ">" if ifaces.big_endian[k] else "<"
             blen = struct.unpack(order + "I", bytes(buf[off + 4:off + 8]))[0]
-            opts = _text_options(buf, off + 16, off + blen - 4, order, {2: "name", 3: "description"})
-            names.append(opts.get("name") or opts.get("description"))
+            opts = _option_bytes(buf, off + 16, off + blen - 4, order, (IF_NAME, IF_DESCRIPTION, IF_SPEED))
+            text = {c: opts[c].decode("utf-8", "replace").rstrip("\0") for c in (IF_NAME, IF_DESCRIPTION) if c in opts}
+            names.append(text.get(IF_NAME) or text.get(IF_DESCRIPTION))
+            speed = opts.get(IF_SPEED, b"")
+            # if_speed: a 64-bit count of bits per second; 0 or a wrong length says nothing
+            value = struct.unpack(order + "Q", speed)[0] if len(speed) == 8 else 0
+            speeds.append(value if value < 1 << 63 else 0)
         arrays["name"] = names
+        arrays["speed_bps"] = np.array(speeds, np.int64)
     arrays["linktype_name"] = [linktypes.name(int(v)) for v in arrays["linktype"]]
     arrays.update(effective_resolution(packets, arrays["iface"], arrays["ts_resolution_ns"]))
-    return columns.frame(INTERFACE_COLUMNS, arrays)
+    frame = columns.frame(INTERFACE_COLUMNS, arrays)
+    return frame.with_columns(pl.when(pl.col("speed_bps") > 0).then(pl.col("speed_bps")).alias("speed_bps"))
 
 
 class _Progress:

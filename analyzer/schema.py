@@ -33,7 +33,8 @@ class Present(IntFlag):
     WSCALE = 1 << 7
     SACK_PERM = 1 << 8
     TSOPT = 1 << 9  # TCP timestamps option
-    PAYLOAD = 1 << 10  # payload_offset/payload_len are meaningful (transport or IP payload located)
+    PAYLOAD = 1 << 10  # payload_offset/payload_len are meaningful (transport or IP payload located; for
+    # EtherType 0x8808 the MAC Control payload)
     FRAG = 1 << 11  # IPv4 or IPv6 fragmentation fields present (a fragment)
 
 
@@ -85,6 +86,10 @@ PACKET_COLUMNS: tuple[Column, ...] = (
     column("ip_proto", np.uint8, "IP protocol / IPv6 upper-layer next header (6 TCP, 17 UDP, 1 ICMP, 58 ICMPv6)",
          Present.IP),
     column("ttl", np.uint8, "IPv4 TTL or IPv6 hop limit", Present.IP),
+    column("dscp", np.uint8, "Differentiated Services codepoint (RFC 2474): the upper 6 bits of the IPv4 TOS "
+         "byte / IPv6 traffic class (Wireshark's ip.dsfield.dscp, ipv6.tclass.dscp)", Present.IP),
+    column("ecn", np.uint8, "ECN codepoint (RFC 3168 section 5), the low 2 bits of the TOS byte / traffic "
+         "class: 0 Not-ECT, 1 ECT(1), 2 ECT(0), 3 CE (ip.dsfield.ecn, ipv6.tclass.ecn)", Present.IP),
     column("ip_id", np.uint32, "IPv4 identification, or IPv6 fragment-header identification", Present.IP),
     column("frag_offset", np.uint16, "fragment offset in bytes (0 for first fragments and whole datagrams)",
          Present.IP),
@@ -108,9 +113,10 @@ PACKET_COLUMNS: tuple[Column, ...] = (
     column("l4_hdr_len", np.uint8, "transport header length in bytes (TCP data offset x 4, UDP/ICMP 8)",
          Present.L4),
     column("payload_offset", np.int64, "file offset of the transport payload (IP payload when no transport "
-         "header) in the capture buffer", Present.PAYLOAD),
+         "header; the MAC Control opcode for EtherType 0x8808) in the capture buffer", Present.PAYLOAD),
     column("payload_len", np.uint32, "payload bytes this packet carries per its IP/UDP length fields "
-         "(Wireshark's tcp.len for TCP); may exceed what was captured", Present.PAYLOAD),
+         "(Wireshark's tcp.len for TCP; MAC Control: the frame's wire length after its MAC header); may exceed "
+         "what was captured", Present.PAYLOAD),
     column("payload_caplen", np.uint32, "payload bytes actually in the file (payload_len cut by the snapshot "
          "length)", Present.PAYLOAD),
 )
@@ -147,6 +153,8 @@ INTERFACE_COLUMNS: tuple[Column, ...] = (
     column("name", object, "if_name (or if_description) of the interface, when the file gives one",
          polars=pl.String),
     column("linktype_name", object, "name of the link type, as capinfos prints it", polars=pl.String),
+    column("speed_bps", np.int64, "if_speed of the interface, bits per second, when the pcapng file gives one "
+         "(null otherwise, and for pcap)"),
     column("effective_resolution_ns", np.float64, "the tick the interface's timestamps really have, ns: the "
          "coarser of ts_resolution_ns and the tick inferred from the data (analyzer/resolution.py); "
          "ts_resolution_ns when there are too few timestamps to tell"),

@@ -17,6 +17,12 @@ interval: from ``start_s - tolerance_s`` to ``measured.end_s + tolerance_s`` (``
 the number of matches is ``count +- count_tolerance`` but at least one (none needed only when
 ``min_severity`` is ``informational``: a sweep point that may not fire).
 
+A ``silent`` (or ``below_high``) entry names a detector, or ``detector/kind`` for one kind of it
+(a capture where the detector may rightly report one kind but not another).
+
+Generator labels (``samples/synth.py``'s label keys, as ``samples/rocev2_synth.py`` writes them
+beside each capture) become expectations with ``expects_from_labels``.
+
 Used by ``tests/test_detectors_samples.py`` and ``tests/test_detectors_eval.py`` (which assert),
 ``tests/benchmarks/evaluate.py`` (which counts) and ``samples/make_eval.py --scan`` (which prints
 verdicts). Findings are a detectors.base findings frame (``severity`` an Enum of SEVERITIES).
@@ -36,6 +42,37 @@ SEC = 1_000_000_000
 SILENT_BAR = "medium"          # a ``silent`` detector reports nothing at or above this
 BELOW_HIGH_BAR = "high"        # a ``below_high`` detector reports nothing at or above this
 OPTIONAL_FLOOR = "informational"   # an expectation with this min_severity may have no match
+
+
+def expects_from_labels(labels: list[dict], first_ns: int, slack_s: float,
+                        min_severity: str = SILENT_BAR) -> list[dict]:
+    """Expectations from generator labels: one per label (its detector, server and resource), in the
+    label's own interval (``start_ns``..``end_ns``, as ``start_s``/``measured.end_s`` after
+    ``first_ns``) widened by ``slack_s``, one finding at ``min_severity`` or worse; ``kind`` is the
+    label's ``parameters.kind`` or, for go-back-N labels, ``parameters.trigger`` (nak / timeout)."""
+    out = []
+    for lab in labels:
+        p = lab.get("parameters") or {}
+        e = {"detector": lab["detector"], "min_severity": min_severity,
+             "start_s": (lab["start_ns"] - first_ns) / SEC, "tolerance_s": slack_s,
+             "server": lab.get("server") or "", "resource": lab.get("resource") or "", "count": 1,
+             "count_tolerance": 0, "measured": {"end_s": (lab["end_ns"] - first_ns) / SEC}}
+        kind = p.get("kind", p.get("trigger"))
+        if kind:
+            e["kind"] = kind
+        out.append(e)
+    return out
+
+
+def _named(entries) -> pl.Expr:
+    """Findings of the detectors named in ``entries`` (``detector`` or ``detector/kind``)."""
+    whole = [d for d in entries if "/" not in d]
+    expr = pl.col("detector").is_in(whole)
+    for d in entries:
+        if "/" in d:
+            det, kind = d.split("/", 1)
+            expr = expr | ((pl.col("detector") == det) & (pl.col("kind") == kind))
+    return expr
 
 
 def load_manifest(path: str | Path) -> list[dict]:
@@ -107,9 +144,9 @@ def resource_ok(hits: pl.DataFrame, expect: dict) -> bool:
 
 
 def loud(findings: pl.DataFrame, severity: str = SILENT_BAR, detector: str | None = None) -> pl.DataFrame:
-    """The findings at or above ``severity`` (of one detector, when given)."""
+    """The findings at or above ``severity`` (of one detector, or ``detector/kind``, when given)."""
     out = findings.filter(pl.col("severity").to_physical() >= SEVERITY_RANK[severity])
-    return out if detector is None else out.filter(pl.col("detector") == detector)
+    return out if detector is None else out.filter(_named([detector]))
 
 
 def worst(findings: pl.DataFrame) -> str | None:
@@ -148,9 +185,9 @@ def extra(findings: pl.DataFrame, record: dict, first_ns: int) -> pl.DataFrame:
 def false_alarms(findings: pl.DataFrame, record: dict) -> pl.DataFrame:
     """Top-level findings that break the record's ``silent`` (>= SILENT_BAR) or ``below_high``
     (>= BELOW_HIGH_BAR) rules."""
-    rank, det = pl.col("severity").to_physical(), pl.col("detector")
-    silent = det.is_in(list(record.get("silent", []))) & (rank >= SEVERITY_RANK[SILENT_BAR])
-    below_high = det.is_in(list(record.get("below_high", []))) & (rank >= SEVERITY_RANK[BELOW_HIGH_BAR])
+    rank = pl.col("severity").to_physical()
+    silent = _named(list(record.get("silent", []))) & (rank >= SEVERITY_RANK[SILENT_BAR])
+    below_high = _named(list(record.get("below_high", []))) & (rank >= SEVERITY_RANK[BELOW_HIGH_BAR])
     return top_level(findings).filter(silent | below_high)
 
 

@@ -12,7 +12,18 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 sys.path.insert(0, os.path.dirname(__file__))  # tests/builders.py, tests/tshark_ref.py
 
+# Output tests compare what a pipe gets (rich's PIPE_WIDTH); pytest-xdist's workers inherit a COLUMNS
+# of 80 that a terminal would not give them. Tests about COLUMNS set it themselves (monkeypatch).
+os.environ.pop("COLUMNS", None)
+
 DATA = os.path.join(os.path.dirname(__file__), "data")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Close the captures tests/shared_captures.py kept open for the session."""
+    import shared_captures
+
+    shared_captures.close_all()
 
 
 @pytest.fixture

@@ -1,6 +1,8 @@
 """The synthetic capture's labels (``samples/synth.py`` writes ``<capture>.labels.json`` beside the
 capture; tests/conftest.py's ``synthetic_capture`` fixture generates it once per session) and the
-detectors' findings on it, for the detector label tests (tests/test_detector_*.py)."""
+detectors' findings on it, for the detector label tests (tests/test_detector_*.py). Every label test
+reads the one Capture of tests/shared_captures.py: the 200,000-packet capture is read and its frames
+built once per session, not once per detector."""
 from __future__ import annotations
 
 import json
@@ -23,15 +25,20 @@ def synthetic_labels(path, detector: str | None = None) -> list[dict]:
 
 def synthetic_findings(capture_path, detectors=("herd", "retry_storm")):
     """Run the detectors once per session on the synthetic capture: (findings, labels, frame names)."""
-    from analyzer import open_capture
-    from detectors import run
+    from shared_captures import shared_capture, shared_run
 
     key = (str(capture_path), tuple(detectors))
     if key not in _FINDINGS:
-        with open_capture(capture_path) as cap:
-            names = set(cap.frame_names())
-            _FINDINGS[key] = (run(cap, only=list(detectors)), synthetic_labels(capture_path), names)
+        names = set(shared_capture(capture_path).frame_names())
+        _FINDINGS[key] = (shared_run(capture_path, detectors), synthetic_labels(capture_path), names)
     return _FINDINGS[key]
+
+
+def synthetic_detect(capture_path, module) -> pl.DataFrame:
+    """``module.detect`` with its default parameters on the session's shared synthetic capture."""
+    from shared_captures import shared_capture
+
+    return module.detect(shared_capture(capture_path), module.Params())
 
 
 def label_found(findings: pl.DataFrame, label: dict) -> pl.DataFrame:

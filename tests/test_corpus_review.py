@@ -9,27 +9,24 @@ or above (:func:`test_unpinned_corpus_capture_has_nothing_medium_or_worse`).
 Where a finding is true but its severity is out of proportion, the pin is only the floor that is true
 and the docstring says what is overstated (see the review notes in each test). Findings that were false were fixed in the detector or are not in this corpus.
 
-Each capture is opened and analysed once per session (``_findings``).
+Each capture is opened and analysed once per session (``_findings``: tests/shared_captures.py, shared
+with the other tests that scan the corpus).
 """
-from functools import lru_cache
 from pathlib import Path
 
 import polars as pl
 import pytest
 
-from analyzer import open_capture
-from detectors import at_least, run, top_level
+from detectors import at_least, top_level
+from shared_captures import shared_run
 from tshark_ref import corpus_files
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
 REVIEW = Path(__file__).parent / "data" / "review"  # reviewed captures a conformance test cannot take
 
 
-@lru_cache(maxsize=None)
 def _findings(rel: str) -> pl.DataFrame:
-    path = REVIEW / rel if (REVIEW / rel).is_file() else CORPUS / rel
-    with open_capture(path) as cap:
-        return run(cap)
+    return shared_run(REVIEW / rel if (REVIEW / rel).is_file() else CORPUS / rel)
 
 
 def _pinned(rel: str, detector: str, kind: str, floor: str, *, top: bool = True) -> list[dict]:

@@ -545,21 +545,20 @@ def time_domains(spec: dict) -> list[list[float]]:
 @pytest.fixture(scope="module")
 def sample_proofs():
     """(sample, finding, t0, t1, zoomed charts, whole-capture charts) for every finding of PROOF_SAMPLES."""
-    from analyzer import open_capture
     from dashboards.proofs import proof_charts
     from dashboards.frames import all_transactions, time_origin
-    from detectors import run
+    from shared_captures import shared_capture, shared_run
 
     out = []
     for name in PROOF_SAMPLES:
-        with open_capture(SAMPLES / name) as cap:
-            found = run(cap)
-            tx = all_transactions(cap)[0]
-            t0, t1 = time_origin(cap)
-            for row in found.iter_rows(named=True):
-                zoomed = [c.to_dict() for c, _ in proof_charts(cap, row, found, tx)]
-                whole = [c.to_dict() for c, _ in proof_charts(cap, row, found, tx, whole=True)]
-                out.append((name, row, t0, t1, zoomed, whole))
+        cap = shared_capture(SAMPLES / name)  # read and scanned once per session (test_detectors_samples too)
+        found = shared_run(SAMPLES / name)
+        tx = all_transactions(cap)[0]
+        t0, t1 = time_origin(cap)
+        for row in found.iter_rows(named=True):
+            zoomed = [c.to_dict() for c, _ in proof_charts(cap, row, found, tx)]
+            whole = [c.to_dict() for c, _ in proof_charts(cap, row, found, tx, whole=True)]
+            out.append((name, row, t0, t1, zoomed, whole))
     assert {name for name, *_ in out} == set(PROOF_SAMPLES)  # every sample gave findings to prove
     return out
 

@@ -11,6 +11,7 @@ import pytest
 
 from analyzer.decoders import ber, dns_kernels, kerberos, kerberos_layout, ldap, ldap_layout, smb2_layout
 from analyzer.decoders import smb2_breaks, smb2_kernel, smb2_tables
+from analyzer.decoders import rocev2, rocev2_kernels, rocev2_layout
 
 # MS-SMB2 2.2.1.2 SYNC header, field by field (ProtocolId, StructureSize, CreditCharge, Status, Command,
 # CreditRequest, Flags, NextCommand, MessageId, Reserved/ProcessId, TreeId, SessionId, Signature)
@@ -131,3 +132,76 @@ def test_break_trigger_matrices_refuse_a_missing_column():
     cols = {k: np.zeros(2, np.int64) for k in range(smb2_breaks.N_CAND - 1)}
     with pytest.raises(AssertionError, match="out of step"):
         smb2_breaks.input_matrix(cols, smb2_breaks.N_CAND)
+
+
+# IBA vol. 1 §9.2 BTH: OpCode, SE|M|PadCnt|TVer, P_Key, FECN|BECN|resv6, DestQP (24), A|resv7, PSN (24)
+ROCE_BTH = "!BBHB3sB3s"
+
+
+def test_rocev2_bth_layout_tiles_the_header_and_matches_the_spec_struct():
+    R = rocev2_layout
+    _tiles(R.BTH_LAYOUT, R.BTH_BYTES)
+    assert struct.calcsize(ROCE_BTH) == R.BTH_BYTES
+    raw = np.frombuffer(struct.pack(ROCE_BTH, 0x0A, 0xE5, 0x8001, 0xC0, b"\xab\xcd\xef", 0x80, b"\x12\x34\x56"),
+                        np.uint8)
+    out = rocev2_kernels.allocate_output(1)
+    rocev2_kernels.decode_all(raw, np.zeros(1, np.int64), np.full(1, 12, np.int64), np.full(1, 12 + 16 + 6 + 2 + 4, np.int64),
+                              out)
+    K = rocev2_kernels
+    f = out[:, 0]
+    assert (f[K.F_OPCODE], f[K.F_PKEY], f[K.F_DEST_QP], f[K.F_PSN]) == (0x0A, 0x8001, 0xABCDEF, 0x123456)
+    assert f[K.F_FLAGS] & R.SE_BIT and f[K.F_FLAGS] & R.MIGREQ_BIT and f[K.F_FLAGS] & R.TVER_MASK == 5
+    assert (f[K.F_FLAGS] >> R.PADCNT_SHIFT) & R.PADCNT_MASK == 2
+    assert f[K.F_FECN_BECN] == R.FECN_BIT | R.BECN_BIT and f[K.F_ACKREQ] == R.ACKREQ_BIT
+    assert f[K.F_STATUS] == K.S_TRUNCATED  # WRITE Only: its RETH (and 6 payload + 2 pad bytes) not captured
+
+
+def test_rocev2_extended_header_sizes_match_the_spec_structs():
+    R = rocev2_layout
+    assert R.RETH_BYTES == struct.calcsize("!QII") and R.RETH_RKEY == 8 and R.RETH_DMA_LEN == 12
+    assert R.AETH_BYTES == struct.calcsize("!B3s") and R.AETH_MSN == 1
+    assert R.DETH_BYTES == struct.calcsize("!IB3s") and R.DETH_SRC_QP == 5
+    assert R.ATOMICETH_BYTES == struct.calcsize("!QIQQ") and R.ATOMICACKETH_BYTES == struct.calcsize("!Q")
+    assert R.RDETH_BYTES == R.XRCETH_BYTES == R.IMMDT_BYTES == R.IETH_BYTES == R.ICRC_BYTES == 4
+    assert R.CNP_RESERVED_BYTES == 16 and R.CNP == 0x81 and R.ROCEV2_PORT == 4791
+    assert [bit for bit, _ in R.HEADER_ORDER] == sorted(bit for bit, _ in R.HEADER_ORDER if bit != R.H_CNP) + [R.H_CNP]
+
+
+def test_rocev2_headers_per_opcode_follow_the_names():
+    """Table 38's headers, checked against what each opcode's (Wireshark) name says it is."""
+    R = rocev2_layout
+    for op, name in R.OPCODE_NAMES.items():
+        h = int(R.OPCODE_HEADERS[op])
+        if name.endswith("Reserved"):  # RC 0x15: named by Wireshark, defined by no transport
+            assert h == 0
+            continue
+        assert h & R.H_KNOWN, name
+        assert bool(h & R.H_IMMDT) == ("with Immediate" in name), name
+        assert bool(h & R.H_IETH) == ("with Invalidate" in name), name
+        reth = any(s in name for s in ("WRITE First", "WRITE Only", "READ Request"))
+        assert bool(h & R.H_RETH) == reth, name
+        aeth = any(s in name for s in ("response First", "response Last", "response Only", "Acknowledge"))
+        assert bool(h & R.H_AETH) == aeth, name
+        assert bool(h & R.H_ATOMICETH) == ("CmpSwap" in name or "FetchAdd" in name), name
+        assert bool(h & R.H_ATOMICACKETH) == ("ATOMIC Acknowledge" in name), name
+        assert bool(h & R.H_RDETH) == ("(RD)" in name), name
+        request = not any(s in name for s in ("response", "Acknowledge")) and name != "CNP"
+        assert bool(h & R.H_REQUEST) == request, name
+        assert bool(h & R.H_DETH) == ("(UD)" in name or ("(RD)" in name and request)), name
+        assert bool(h & R.H_XRCETH) == ("(XRC)" in name and request), name
+        assert (op >> R.TRANSPORT_SHIFT) == {"(RC)": 0, "(UC)": 1, "(RD)": 2, "(UD)": 3, "CNP": 4, "(XRC)": 5}[
+            next(t for t in ("(RC)", "(UC)", "(RD)", "(UD)", "(XRC)", "CNP") if t in name)]
+    assert set(np.flatnonzero(R.OPCODE_HEADERS)) == {op for op, n in R.OPCODE_NAMES.items() if not n.endswith("Reserved")}
+    transport = {c.name: c for c in rocev2.PACKET_COLUMNS}["transport"]
+    assert transport.polars.categories.to_list() == list(R.TRANSPORT_NAMES)
+
+
+def test_rocev2_aeth_and_timer_tables():
+    R = rocev2_layout
+    assert (R.AETH_ACK, R.AETH_RNR_NAK, R.AETH_NAK) == (0x00, 0x20, 0x60)  # Table 41: bits 6-5
+    assert [R.AETH_KINDS[(s >> R.AETH_TYPE_SHIFT) & 3] for s in (0x1F, 0x2C, 0x45, 0x63)] == [
+        "ack", "rnr_nak", "reserved", "nak"]
+    assert len(R.CREDIT_TABLE) == R.CREDIT_INVALID == 31 and list(R.CREDIT_TABLE) == sorted(set(R.CREDIT_TABLE))
+    assert R.CREDIT_TABLE[-1] == 32768 and R.CREDIT_TABLE[5] == 6
+    assert len(R.RNR_DELAY_US) == 32 and R.RNR_DELAY_US[0] == 655360 and list(R.RNR_DELAY_US[1:]) == sorted(R.RNR_DELAY_US[1:])
+    assert R.RNR_DELAY_US[25] == 61440 and R.ACK_TIMEOUT_BASE_NS == 4096

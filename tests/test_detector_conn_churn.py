@@ -11,7 +11,8 @@ from builders import handshake, tcp_conversation
 from detectors import conn_churn
 from detectors.base import FINDINGS_SCHEMA
 from fakes import FakeCapture
-from synthetic import synthetic_labels
+from shared_captures import shared_capture
+from synthetic import synthetic_detect, synthetic_labels
 from tshark_ref import corpus_files
 
 US, MS, S = 1_000, 1_000_000, 1_000_000_000
@@ -258,21 +259,15 @@ def test_contract():
 
 
 def test_never_raises_on_the_corpus():
-    from analyzer import open_capture
-
     for row in corpus_files():
-        with open_capture(ROOT / "tests" / "data" / "corpus" / row["file"]) as cap:
-            f = conn_churn.detect(cap, conn_churn.Params())
+        f = conn_churn.detect(shared_capture(ROOT / "tests" / "data" / "corpus" / row["file"]), conn_churn.Params())
         assert f.schema == FINDINGS_SCHEMA, row["file"]
 
 
 def test_synthetic_capture_labelled_churn_is_found(synthetic_capture):
-    from analyzer import open_capture
-
     path = synthetic_capture
     labels = synthetic_labels(path, "conn_churn")
-    with open_capture(path) as cap:
-        f = conn_churn.detect(cap, conn_churn.Params())
+    f = synthetic_detect(path, conn_churn)
     assert labels
     for lab in labels:
         hit = f.filter((pl.col("kind") == "churn") & (pl.col("client") == lab["clients"][0])

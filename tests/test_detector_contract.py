@@ -22,15 +22,31 @@ from detectors.base import CaptureView, UndeclaredFrame, client_identity, client
 
 SAMPLES = Path(__file__).parent.parent / "samples"
 # today's run and listing order (ORDER), which `herdscope detectors` and scan's summary keep
-DETECTORS = ["herd", "retry_storm", "smb_break_queue", "tcp_stall", "toctou", "conn_churn"]
+DETECTORS = ["herd", "retry_storm", "smb_break_queue", "tcp_stall", "toctou", "conn_churn", "pfc_storm",
+             "gbn_retransmission", "rnr_retry", "ecn_congestion"]
 READER_FRAMES = {"packets", "tcp_sack", "icmp_errors", "interfaces"}  # made by the reader, not by builders
 # per detector: a sample on which it reports something (so its reading is exercised)
 EXERCISED = {"herd": "dns-ttl-herd.pcap", "retry_storm": "dns-retry-storm.pcapng",
              "smb_break_queue": "smb2-break-queue.pcap", "tcp_stall": "tcp-rto-blackout.pcap",
-             "toctou": "ldap-toctou.pcapng", "conn_churn": "ldap-conn-churn.pcap"}
+             "toctou": "ldap-toctou.pcapng", "conn_churn": "ldap-conn-churn.pcap",
+             # generated RoCEv2 captures (tests/rocev2_captures.py, scale ROCEV2_SCALE): "rocev2:<scenario>"
+             "gbn_retransmission": "rocev2:rocev2-gbn-storm", "pfc_storm": "rocev2:rocev2-pfc-storm",
+             "rnr_retry": "rocev2:rocev2-rnr-loop", "ecn_congestion": "rocev2:rocev2-incast"}
 # ... and one of another protocol, where it may read less than it declares (never more)
 OTHER = {"herd": "smb2-toctou.pcap", "retry_storm": "ldap-toctou.pcapng", "smb_break_queue": "dns-ttl-herd.pcap",
-         "tcp_stall": "ldap-toctou.pcapng", "toctou": "tcp-rto-blackout.pcap", "conn_churn": "smb2-break-queue.pcap"}
+         "tcp_stall": "ldap-toctou.pcapng", "toctou": "tcp-rto-blackout.pcap", "conn_churn": "smb2-break-queue.pcap",
+         "gbn_retransmission": "dns-ttl-herd.pcap", "pfc_storm": "tcp-rto-blackout.pcap",
+         "rnr_retry": "smb2-toctou.pcap", "ecn_congestion": "ldap-conn-churn.pcap"}
+ROCEV2_SCALE = 0.1
+
+
+def _sample(sample: str) -> Path:
+    """A sample's path: samples/<file>, or a generated RoCEv2 capture for ``rocev2:<scenario>``."""
+    if sample.startswith("rocev2:"):
+        import rocev2_captures
+
+        return rocev2_captures.rocev2_capture(sample.removeprefix("rocev2:"), ROCEV2_SCALE)
+    return SAMPLES / sample
 
 # A whole detector, as a newcomer would write it in detectors/<name>.py (here written to a temporary
 # directory and registered, so nothing of the tree changes): its declarations, typed Params, findings().
@@ -293,7 +309,7 @@ def test_every_detector_runs_on_a_view_of_an_empty_capture():
 
 def _declared_build(sample: str, names: list[str]) -> set[str]:
     """The frames a fresh capture builds when asked for what these detectors declare."""
-    with open_capture(SAMPLES / sample) as cap:
+    with open_capture(_sample(sample)) as cap:
         for frame in detectors.required_frames(names):
             cap.frame(frame)
         return _derived([cap])
@@ -303,11 +319,11 @@ def _declared_build(sample: str, names: list[str]) -> set[str]:
 def test_scan_of_one_detector_builds_only_its_frames(name, built, capsys):
     for sample, exact in ((EXERCISED[name], True), (OTHER[name], False)):
         want = _declared_build(sample, [name])
-        with open_capture(SAMPLES / sample) as cap:
+        with open_capture(_sample(sample)) as cap:
             found = detectors.run(cap, only=[name])
             by_run = _derived([cap])
         built.clear()
-        main(["scan", "--format", "json", "--detectors", name, str(SAMPLES / sample)])
+        main(["scan", "--format", "json", "--detectors", name, str(_sample(sample))])
         doc = json.loads(capsys.readouterr().out)
         by_scan = _derived(built)
         assert len(built) <= 1  # the one capture scan opened (none when nothing was built)

@@ -12,7 +12,7 @@ from detectors import smb_break_queue as bq
 from detectors.base import FINDINGS_SCHEMA
 from fakes import (T0, FakeCapture, SMB2_FILE as FILE, SMB2_SERVER as SRV, SMB2_SHARE as SHARE,
                    columns_frame as frame, smb2_break as brk, smb2_capture as capture, smb2_tx as tx)
-from synthetic import synthetic_labels
+from synthetic import synthetic_detect, synthetic_labels
 
 MS = 1_000_000
 S = 1_000_000_000
@@ -189,13 +189,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_synthetic_break_queue_label_is_found(synthetic_capture):
-    from analyzer import open_capture
-
     out = synthetic_capture
     labels = synthetic_labels(out, bq.NAME)
     assert labels
-    with open_capture(out) as cap:
-        f = bq.detect(cap, bq.Params())
+    f = synthetic_detect(out, bq)
     for lab in labels:
         hit = f.filter((pl.col("start_ns") - lab["parameters"]["break_notify_ns"]).abs() < 5 * MS)
         assert hit.height == 1, f.select("start_ns", "resource", "explanation").to_dicts()

@@ -14,7 +14,8 @@ from builders import handshake, opt_mss, tcp_conversation
 from detectors import tcp_stall
 from detectors.base import FINDINGS_SCHEMA
 from fakes import FakeCapture
-from synthetic import synthetic_labels
+from shared_captures import shared_capture
+from synthetic import synthetic_detect, synthetic_labels
 from tshark_ref import corpus_files
 
 US, MS, S = 1_000, 1_000_000, 1_000_000_000
@@ -297,12 +298,21 @@ def test_params_documented():
     assert tcp_stall.NAME == "tcp_stall" and "Severity rule" in tcp_stall.__doc__
 
 
-def test_never_raises_on_the_corpus():
-    from analyzer import open_capture
+_CORPUS_FINDINGS: dict[str, pl.DataFrame] = {}
 
+
+def corpus_findings(rel: str) -> pl.DataFrame:
+    """tcp_stall with its defaults on one corpus capture (the session's shared Capture), computed once
+    for both corpus tests below."""
+    if rel not in _CORPUS_FINDINGS:
+        _CORPUS_FINDINGS[rel] = tcp_stall.detect(shared_capture(ROOT / "tests" / "data" / "corpus" / rel),
+                                                 tcp_stall.Params())
+    return _CORPUS_FINDINGS[rel]
+
+
+def test_never_raises_on_the_corpus():
     for row in corpus_files():
-        with open_capture(ROOT / "tests" / "data" / "corpus" / row["file"]) as cap:
-            f = tcp_stall.detect(cap, tcp_stall.Params())
+        f = corpus_findings(row["file"])
         assert f.schema == FINDINGS_SCHEMA, row["file"]
         if "normal" in row["purposes"].split(","):
             assert f.filter(pl.col("severity").cast(pl.String).is_in(["medium", "high", "critical"])).height == 0
@@ -311,12 +321,9 @@ def test_never_raises_on_the_corpus():
 # -- the synthetic benchmark capture ---------------------------------------------------------------
 
 def test_synthetic_capture_labelled_stall_is_found(synthetic_capture):
-    from analyzer import open_capture
-
     path = synthetic_capture
     labels = synthetic_labels(path, "tcp_stall")
-    with open_capture(path) as cap:
-        f = tcp_stall.detect(cap, tcp_stall.Params())
+    f = synthetic_detect(path, tcp_stall)
     assert labels
     for lab in labels:
         hit = f.filter((pl.col("kind") == "rto") & (pl.col("server") == lab["server"])
@@ -333,10 +340,7 @@ DATA = ROOT / "tests" / "data"
 
 
 def corpus(rel, **params):
-    from analyzer import open_capture
-
-    with open_capture(DATA / rel) as cap:
-        return tcp_stall.detect(cap, tcp_stall.Params(**params))
+    return tcp_stall.detect(shared_capture(DATA / rel), tcp_stall.Params(**params))
 
 
 def teardown_steps(rtt=50 * US, gaps=(200 * MS, 400 * MS, 800 * MS)):
@@ -557,12 +561,9 @@ def test_corpus_findings_at_medium_or_above_are_pinned():
     35-52, tcp.analysis.rto 2.1-2.4 s), silent again from 3.63 s to 7.64 s and resending data of
     0.81 s (frames 64-77, rto 4.7-7.2 s): the retransmission timer backing off, 11.6 s of a 14 s
     connection. 380 RTTs lost: medium (not critical: an outage on a WAN path, not a fabric's timer)."""
-    from analyzer import open_capture
-
     seen = {}
     for row in corpus_files():
-        with open_capture(DATA / "corpus" / row["file"]) as cap:
-            f = tcp_stall.detect(cap, tcp_stall.Params())
+        f = corpus_findings(row["file"])
         bad = f.filter(pl.col("severity").cast(pl.String).is_in(["medium", "high", "critical"]))
         for r in bad.iter_rows(named=True):
             seen[(row["file"], r["kind"], r["resource"])] = (str(r["severity"]), r["explanation"])

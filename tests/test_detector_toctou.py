@@ -17,7 +17,7 @@ from analyzer.schema import polars_type
 from detectors import toctou as tt
 from detectors.base import FINDINGS_SCHEMA
 from fakes import FakeCapture
-from synthetic import synthetic_labels
+from synthetic import synthetic_detect, synthetic_labels
 
 US = 1_000
 MS = 1_000_000
@@ -387,13 +387,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_synthetic_toctou_label_is_found(synthetic_capture):
-    from analyzer import open_capture
-
     out = synthetic_capture
     labels = synthetic_labels(out, tt.NAME)
     assert labels
-    with open_capture(out) as cap:
-        f = tt.detect(cap, tt.Params())
+    f = synthetic_detect(out, tt)
     for lab in labels:
         hit = f.filter((pl.col("start_ns") - lab["start_ns"]).abs() < 5 * MS)
         assert hit.height == 1, f.select("start_ns", "kind", "explanation").to_dicts()

@@ -7,7 +7,7 @@ meet their ground truth, checked with samples/groundtruth.py (the matching that
 - every ``below_high`` detector (on a healthy twin: every detector) reports nothing at high or above;
 - every ``silent`` detector reports nothing at medium or above.
 
-Every detector runs once over each capture (the findings are cached for the module); one test per
+Every detector runs once over each capture (tests/shared_captures.py: once per session); one test per
 capture and rule, so a failure names the capture. A case that fails because of a known detector
 problem is listed in KNOWN with the reason (strict: it must start passing when that is fixed).
 """
@@ -19,8 +19,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analyzer import open_capture
-from detectors import available, run
+from detectors import available
+from shared_captures import shared_capture, shared_run
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "samples"))
@@ -39,8 +39,7 @@ _cache: dict[str, tuple[pl.DataFrame, int]] = {}
 def findings_of(file: str) -> tuple[pl.DataFrame, int]:
     """(findings of every detector, first packet ns) for one eval capture, computed once."""
     if file not in _cache:
-        with open_capture(EVAL / file) as cap:
-            _cache[file] = (run(cap), int(cap.packets["ts_ns"].min()))
+        _cache[file] = (shared_run(EVAL / file), int(shared_capture(EVAL / file).packets["ts_ns"].min()))
     return _cache[file]
 
 

@@ -31,9 +31,9 @@ import polars as pl
 import pytest
 
 import tshark_ref
+from shared_captures import shared_capture
 from tshark_ref import corpus_files, have_tshark
 
-from analyzer import open_capture
 from analyzer.decoders import dns
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
@@ -126,9 +126,9 @@ def reference_messages(path: Path) -> list[dict]:
 
 
 def ours(path: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
-    with open_capture(path) as cap:
-        m = cap.frame("dns_messages")
-        t = cap.frame("dns_transactions")
+    cap = shared_capture(path)  # the session's one decoding of this corpus file
+    m = cap.frame("dns_messages")
+    t = cap.frame("dns_transactions")
     m = m.with_columns(pl.int_range(pl.len()).over("frame_last").alias("index"))
     return m, t
 

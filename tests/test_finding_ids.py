@@ -5,9 +5,9 @@ Ties that were broken by hash order (Polars ``mode()``, ``unique()`` and ``group
 sorts with equal keys feeding ``first()``/``shift``/numbering) all change with the process (Polars
 seeds its hash tables per process) and with the thread count. So the scan runs in several
 subprocesses with different PYTHONHASHSEED and POLARS_MAX_THREADS over every sample of
-samples/MANIFEST.toml and generated captures (a samples/synth.py capture and a population
-scenario of samples/synth_scenarios.py), and every finding (population members included) must
-come out identical.
+samples/MANIFEST.toml and generated captures (a samples/synth.py capture, a population
+scenario of samples/synth_scenarios.py, small RoCEv2 pathologies of samples/rocev2_synth.py), and
+every finding (population members included) must come out identical.
 """
 from __future__ import annotations
 
@@ -27,6 +27,8 @@ COMPARED = ("finding_id", "detector", "kind", "severity", "start_ns", "end_ns", 
             "clients", "client_identity", "metric", "value", "threshold", "unit", "evidence_frames",
             "evidence_total", "explanation", "members", "member_ids", "member_of")
 RUNS = ((0, 1), (1, 2), (2, 2), (3, 1))  # (PYTHONHASHSEED, POLARS_MAX_THREADS)
+ROCEV2 = ("rocev2-pfc-storm", "rocev2-gbn-storm", "rocev2-rnr-loop", "rocev2-incast", "rocev2-cnp-ignored")
+ROCEV2_SCALE = 0.02  # small (each is scanned in every run); every one still has its labelled pathology
 
 CHILD = r"""
 import json, sys
@@ -44,6 +46,7 @@ for path in sys.argv[3:]:
 @pytest.fixture(scope="module")
 def capture_paths(tmp_path_factory) -> list[str]:
     sys.path.insert(0, str(SAMPLES))
+    import rocev2_captures as rc
     import synth
     import synth_scenarios as ss
 
@@ -54,7 +57,8 @@ def capture_paths(tmp_path_factory) -> list[str]:
                      {"servers": 4, "rtt_ms": 0.4, "loss": "syn", "share": 0.1, "connections": 300})
     ss.write(sc, str(d))
     return paths + [str(d / "synth.pcap"), str(d / "ids-syn-loss.pcap"),
-                    dns_herd_mixed_case(str(d / "dns-herd-0x20.pcap"))]
+                    dns_herd_mixed_case(str(d / "dns-herd-0x20.pcap"))] + [
+        str(rc.rocev2_capture(name, ROCEV2_SCALE)) for name in ROCEV2]
 
 
 def dns_herd_mixed_case(path: str, n: int = 60) -> str:

@@ -1,7 +1,9 @@
 """The monotonic-gate promise (tests/test_params_monotonic.py) on the evaluation recordings of
 samples/eval/ (real servers, never tuned to): for the gates that decide herds and connection churn,
 along a ladder of values around the default, lowering a lower bound (raising an upper bound) never
-removes or downgrades a top-level finding of a (kind, server)."""
+removes or downgrades a top-level finding of a (kind, server). A gate the default run does not read on
+a recording (tests/param_reads.py) cannot change its findings there: it is checked at the loosest end
+of its ladder only."""
 from __future__ import annotations
 
 import tomllib
@@ -10,9 +12,10 @@ from pathlib import Path
 import pytest
 
 import detectors
-from analyzer import open_capture
 from detectors.base import SEVERITY_RANK
 from detectors.params import LOWER, fields_of, spec_of
+from param_reads import recording_runs
+from shared_captures import shared_capture
 
 EVAL = Path(__file__).parent.parent / "samples" / "eval"
 CAPTURES = [EVAL / c["file"] for c in tomllib.loads((EVAL / "MANIFEST.toml").read_text())["capture"]]
@@ -40,14 +43,35 @@ def worst_by_key(cap, detector: str, overrides: dict) -> dict:
 @pytest.mark.parametrize("path", CAPTURES, ids=[p.name for p in CAPTURES])
 def test_gates_are_monotonic_on_the_eval_recordings(path):
     bad = []
-    with open_capture(path) as cap:
-        for detector, names in GATES.items():
-            fields = {f.name: f for f in fields_of(detectors.available()[detector].Params)}
-            for name in names:
-                f = fields[name]
-                runs = [(v, worst_by_key(cap, detector, {f"{detector}.{name}": v})) for v in ladder(f)]
-                for (a, at_a), (b, at_b) in zip(runs, runs[1:]):
-                    lax, strict = (at_a, at_b) if spec_of(f).gate == LOWER else (at_b, at_a)
-                    bad += [f"{detector}.{name} {a} -> {b}: {key} {lax.get(key)} < {sev}"
-                            for key, sev in strict.items() if lax.get(key, -1) < sev]
+    cap = shared_capture(path)  # read and analysed once per session (tests/test_detectors_eval.py too)
+    for detector, names in GATES.items():
+        fields = {f.name: f for f in fields_of(detectors.available()[detector].Params)}
+        with recording_runs() as read:  # which parameters the default run reads (tests/param_reads.py)
+            at_default = worst_by_key(cap, detector, {})
+        for name in names:
+            f = fields[name]
+            if name not in read[detector]:
+                # never read on this capture: every value finds what the default finds (tests/param_reads.py);
+                # the loosest end of the ladder, where a new finding would appear first, confirms it
+                loosest = ladder(f)[0] if spec_of(f).gate == LOWER else ladder(f)[-1]
+                got = worst_by_key(cap, detector, {f"{detector}.{name}": loosest})
+                if got != at_default:
+                    bad.append(f"{detector}.{name} = {loosest}, unread at the default, changed {at_default} to {got}")
+                continue
+            runs = {f.default: at_default}
+
+            def at(v):  # a value's findings, computed when first needed
+                if v not in runs:
+                    runs[v] = worst_by_key(cap, detector, {f"{detector}.{name}": v})
+                return runs[v]
+
+            values = ladder(f)
+            for a, b in zip(values, values[1:]):
+                lax_at, strict_at = (a, b) if spec_of(f).gate == LOWER else (b, a)
+                strict = at(strict_at)
+                if not strict:
+                    continue  # the stricter setting finds nothing: nothing the looser one could miss
+                lax = at(lax_at)
+                bad += [f"{detector}.{name} {a} -> {b}: {key} {lax.get(key)} < {sev}"
+                        for key, sev in strict.items() if lax.get(key, -1) < sev]
     assert not bad, "\n".join(bad)

@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import detectors
-from analyzer import open_capture
 from analyzer.cli import main
 from detectors import population
 from detectors.base import SEVERITY_RANK
 from detectors.params import LOWER, fields_of, spec_of
+from shared_captures import shared_capture
 
 ROOT = Path(__file__).parent.parent
 sys.path.insert(0, str(ROOT / "samples"))
@@ -56,9 +56,8 @@ _RUNS: dict = {}
 
 def found(paths: dict, name: str, overrides: dict | None = None) -> pl.DataFrame:
     key = (name, json.dumps(overrides or {}, sort_keys=True))
-    if key not in _RUNS:
-        with open_capture(paths[name]) as cap:
-            _RUNS[key] = detectors.run(cap, overrides=overrides)
+    if key not in _RUNS:  # the capture is read and analysed once (tests/shared_captures.py), then only scanned
+        _RUNS[key] = detectors.run(shared_capture(paths[name]), overrides=overrides)
     return _RUNS[key]
 
 
@@ -117,9 +116,9 @@ def test_forty_churning_clients_are_one_population_at_the_service(pop_captures):
     members = churn.filter(pl.col("member_of") == pop["finding_id"])
     assert members.height == 40 and set(members["severity"].cast(pl.String)) == {"low"}
     assert pop["metric"] == "connections_per_s_at_service" and pop["value"] >= 100  # 180/s offered
-    with open_capture(pop_captures["churn"]) as cap:  # the share is over every client of the service
-        total = cap.frame("connections").filter((pl.col("server").cast(pl.String) == "10.0.0.10")
-                                                & (pl.col("server_port") == 389))["client"].n_unique()
+    connections = shared_capture(pop_captures["churn"]).frame("connections")  # the share: every client of the service
+    total = connections.filter((pl.col("server").cast(pl.String) == "10.0.0.10")
+                               & (pl.col("server_port") == 389))["client"].n_unique()
     assert total > 40
     assert f"40 clients ({40 / total:.0%} of the {total} clients of 10.0.0.10:389)" in pop["explanation"]
     assert "median member" in pop["explanation"] and "worst" in pop["explanation"]

@@ -26,7 +26,7 @@ ROOT = os.path.join(os.path.dirname(__file__), "..")
 
 def test_registry_lists_the_decoder_modules_once():
     names = [p.name for p in registry.protocols()]
-    assert names == list(registry.PROTOCOL_MODULES) == ["dns", "kerberos", "ldap", "smb2"]
+    assert names == list(registry.PROTOCOL_MODULES) == ["dns", "kerberos", "ldap", "smb2", "rocev2"]
     for p in registry.protocols():
         module = importlib.import_module(f"analyzer.decoders.{p.name}")
         assert module.PROTOCOL is p
@@ -84,7 +84,7 @@ def test_the_transaction_schema_has_one_copy():
     assert common.TRANSACTION_TEXT_SCHEMA["transport"] == pl.String  # the Enum as text, so protocols stack
     from dashboards import frames
     assert frames.TRANSACTIONS_SCHEMA is common.TRANSACTION_TEXT_SCHEMA
-    for p in registry.protocols():
+    for p in (p for p in registry.protocols() if p.transactions):  # rocev2 pairs no requests
         module = importlib.import_module(f"analyzer.decoders.{p.name}")
         cols = module.TRANSACTION_COLUMNS
         assert tuple(c.name for c in cols[:len(common.TRANSACTION_COMMON)]) == common.COMMON_NAMES
@@ -286,7 +286,8 @@ def test_message_rule_on_tcp(read_capture, echo):
 
 
 def test_todays_protocols_keep_the_service_port_rule():
-    assert {p.client_side for p in registry.protocols()} == {"service_port"}
+    assert {p.client_side for p in registry.protocols() if p.name != "rocev2"} == {"service_port"}
+    assert registry.protocol("rocev2").client_side == "message"  # UDP 4791 at both ends
 
 
 def test_a_direction_function_must_answer_every_message(read_capture, echo, monkeypatch):

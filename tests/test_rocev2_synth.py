@@ -277,3 +277,33 @@ def test_tshark_dissects_and_agrees(name, tmp_path_factory):
     if name == "rocev2-healthy":
         pause = [l for l in macc if _int(l[col["macc.opcode"]]) == wire.OPCODE_PAUSE]
         assert [_int(l[col["macc.pause_time"]]) for l in pause] == [0x200, 0x200, 0]
+
+
+# ---- one transmitter per port -------------------------------------------------------------------
+LOSSLESS = ("rocev2-healthy", "rocev2-pfc-storm", "rocev2-pfc-storm-healthy", "rocev2-incast",
+            "rocev2-cnp-ignored", "rocev2-cnp-ignored-healthy", "rocev2-rnr-loop")
+
+
+@pytest.mark.parametrize("name", ["rocev2-pfc-storm", "rocev2-cnp-ignored", "rocev2-incast"])
+def test_a_last_hop_link_never_sends_faster_than_its_line_rate(name, tmp_path_factory):
+    """Each RoCE frame is recorded on the link from the last switch to its destination host; on one
+    link, a frame starts only after the previous one has been serialised (a paused port that is
+    woken twice must not run two transmit chains: generator version 2)."""
+    b, _ = built(name, tmp_path_factory)
+    cap, rate = b.fab.cap, b.fab.p.rate_bps
+    last: dict[str, tuple[int, int]] = {}
+    for r in cap.truth:
+        t, dst, size = r[F["ts"]], r[F["dst"]], len(cap.frames[r[F["frame"]]])
+        if dst in last:
+            t0, size0 = last[dst]
+            assert t - t0 >= size0 * 8 * 1_000_000_000 // rate, (name, r[F["frame"]])
+        last[dst] = (t, size)
+
+
+@pytest.mark.parametrize("name", LOSSLESS)
+def test_no_nak_without_a_drop(name, tmp_path_factory):
+    """A lossless fabric that dropped nothing delivers in order: no PSN sequence error NAK."""
+    b, _ = built(name, tmp_path_factory)
+    assert not b.fab.drops
+    assert not any(r[F["opcode"]] == wire.ACKNOWLEDGE and r[F["syndrome"]] == wire.AETH_NAK | wire.NAK_PSN_SEQ_ERROR
+                   for r in _rows(b)), name

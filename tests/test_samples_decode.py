@@ -6,7 +6,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analyzer import open_capture
+from shared_captures import shared_capture  # each sample decoded once per session
 
 SAMPLES = Path(__file__).parent.parent / "samples"
 FACTS = {c["file"]: c.get("tshark", {}) for c in tomllib.loads((SAMPLES / "MANIFEST.toml").read_text())["capture"]}
@@ -20,8 +20,8 @@ def facts(file):
 
 @pytest.mark.parametrize("file", [f for f in FACTS if f.startswith("dns-")])
 def test_dns_samples(file):
-    with open_capture(SAMPLES / file) as cap:
-        m = cap.frame("dns_messages")
+    cap = shared_capture(SAMPLES / file)
+    m = cap.frame("dns_messages")
     queries = m.filter((pl.col("qr") == 0) & (pl.col("dst").cast(pl.String) == RESOLVER))
     f = facts(file)
     assert queries.height == f.get("dns_queries_to_resolver", f.get("queries_to_resolver"))
@@ -30,9 +30,9 @@ def test_dns_samples(file):
 
 @pytest.mark.parametrize("file", [f for f in FACTS if f.startswith("smb2-")])
 def test_smb2_samples(file):
-    with open_capture(SAMPLES / file) as cap:
-        m = cap.frame("smb2_messages")
-        breaks = cap.frame("smb2_breaks")
+    cap = shared_capture(SAMPLES / file)
+    m = cap.frame("smb2_messages")
+    breaks = cap.frame("smb2_breaks")
     f = facts(file)
     req = m.filter(~pl.col("is_response"))
     assert req["src"].n_unique() == f["smb2_clients"]
@@ -48,9 +48,9 @@ def test_smb2_samples(file):
 def test_tcp_samples(file):
     from analyzer.tcp import analysis as an
 
-    with open_capture(SAMPLES / file) as cap:
-        conns = cap.frame("connections")
-        seg = cap.frame("tcp_segments")
+    cap = shared_capture(SAMPLES / file)
+    conns = cap.frame("connections")
+    seg = cap.frame("tcp_segments")
     f = facts(file)
     assert conns.filter(pl.col("saw_syn")).height == f["tcp_connections"]
     bits = an.RETRANSMISSION | an.FAST_RETRANSMISSION | an.SPURIOUS_RETRANSMISSION  # tshark's retransmission
@@ -59,8 +59,8 @@ def test_tcp_samples(file):
 
 @pytest.mark.parametrize("file", [f for f in FACTS if f.startswith("krb5-")])
 def test_kerberos_samples(file):
-    with open_capture(SAMPLES / file) as cap:
-        m = cap.frame("kerberos_messages")  # a missing decoder is a failure (KeyError)
+    cap = shared_capture(SAMPLES / file)
+    m = cap.frame("kerberos_messages")  # a missing decoder is a failure (KeyError)
     f = facts(file)
     counts = dict(m.group_by(pl.col("message").cast(pl.String)).len().iter_rows())
     assert (counts.get("AS-REQ", 0), counts.get("AS-REP", 0)) == (f["as_req"], f["as_rep"])
@@ -72,8 +72,8 @@ def test_kerberos_samples(file):
 
 @pytest.mark.parametrize("file", [f for f in FACTS if f.startswith("ldap-")])
 def test_ldap_samples(file):
-    with open_capture(SAMPLES / file) as cap:
-        m = cap.frame("ldap_messages")
+    cap = shared_capture(SAMPLES / file)
+    m = cap.frame("ldap_messages")
     f = facts(file)
     ops = dict(m.group_by(pl.col("op").cast(pl.String)).len().iter_rows())
     if "bind_requests" in f:

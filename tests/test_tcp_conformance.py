@@ -10,6 +10,7 @@ import pytest
 
 from analyzer import open_capture
 from analyzer.tcp import analysis as an
+from shared_captures import shared_capture
 from tcp_scenarios import sack_bif_steps, stale_ack_rst_steps
 from tshark_ref import as_flag, as_int, corpus_files, have_tshark, tshark_fields
 
@@ -55,12 +56,11 @@ def comparison():
     frames = []
     for rel in _tcp_files():
         path = CORPUS / rel
-        with open_capture(path) as cap:
-            seg = cap.frame("tcp_segments")
-            if seg.height == 0:
-                continue
-            ours = seg.select("frame", "conn", "from_client", "analysis", "seq_rel", "dupack_num", "acks_frame",
-                              "bytes_in_flight", "window_size")
+        seg = shared_capture(path).frame("tcp_segments")  # the session's one analysis of this file
+        if seg.height == 0:
+            continue
+        ours = seg.select("frame", "conn", "from_client", "analysis", "seq_rel", "dupack_num", "acks_frame",
+                          "bytes_in_flight", "window_size")
         ref = tshark_fields(path, ["frame.number"] + [f"tcp.analysis.{f}" for f in FLAGS] + NUMBERS + list(NOTES),
                             display_filter="tcp", occurrence="f")
         ref = ref.with_columns(as_int("frame.number").alias("frame"),

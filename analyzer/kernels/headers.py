@@ -43,11 +43,11 @@ def allocate_headers(capacity: int) -> HeaderColumns:
 # loop stores the vector into the columns. (Handing the tuple of ~30 arrays to each helper instead
 # costs an atomic incref/decref per array per call: 0.5 µs a packet; and the loop is compiled without
 # reference counting altogether, see _decode_block.)
-(F_PARSE_STATUS, F_VLAN, F_ETHERTYPE, F_IP_PROTO, F_TTL, F_IP_ID, F_FRAG_OFFSET, F_IP_FLAGS, F_SPORT,
- F_DPORT, F_TCP_FLAGS, F_SEQ, F_ACK, F_WINDOW, F_MSS, F_WSCALE, F_SACK_PERM, F_SACK_BLOCKS, F_TS_VAL,
+(F_PARSE_STATUS, F_VLAN, F_ETHERTYPE, F_IP_PROTO, F_TTL, F_DSCP, F_ECN, F_IP_ID, F_FRAG_OFFSET, F_IP_FLAGS,
+ F_SPORT, F_DPORT, F_TCP_FLAGS, F_SEQ, F_ACK, F_WINDOW, F_MSS, F_WSCALE, F_SACK_PERM, F_SACK_BLOCKS, F_TS_VAL,
  F_TS_ECR, F_ICMP_TYPE, F_ICMP_CODE, F_L4_HDR_LEN, F_PAYLOAD_OFFSET, F_PAYLOAD_LEN, F_PAYLOAD_CAPLEN,
- F_SRC_HI, F_SRC_LO, F_DST_HI, F_DST_LO, F_FAMILY, F_PRESENT) = range(32)
-N_FIELDS = 32
+ F_SRC_HI, F_SRC_LO, F_DST_HI, F_DST_LO, F_FAMILY, F_PRESENT) = range(34)
+N_FIELDS = 34
 assert all(HEADER_FIELDS[value] == name[2:].lower() for name, value in dict(globals()).items()
            if name.startswith("F_")) and len(HEADER_FIELDS) == N_FIELDS, \
     "field constants out of step with the packet schema"
@@ -90,6 +90,7 @@ ETH_MPLS = 0x8847
 ETH_MPLS_MC = 0x8848
 ETH_VNTAG = 0x8926  # Cisco VN-Tag: 4 bytes of tag, then the next EtherType
 ETH_ETAG = 0x893F  # IEEE 802.1BR E-Tag: 6 bytes of tag, then the next EtherType
+ETH_MAC_CONTROL = 0x8808  # IEEE 802.3 MAC Control (PAUSE, PFC): its payload is located for mac_control.py
 PPP_IPV4 = 0x0021
 PPP_IPV6 = 0x0057
 
@@ -235,6 +236,8 @@ def _ipv4(buf, pos, end, wire_end, f):
     f[F_IP_FLAGS] = more_fragments | (((flags >> 14) & 1) << 1)
     f[F_FRAG_OFFSET] = frag_offset
     f[F_TTL] = buf[pos + 8]
+    f[F_DSCP] = buf[pos + 1] >> 2  # TOS byte (RFC 2474 / RFC 3168)
+    f[F_ECN] = buf[pos + 1] & 0x03
     f[F_IP_PROTO] = proto
     f[F_FAMILY] = 4
     f[F_SRC_HI] = 0
@@ -272,6 +275,9 @@ def _ipv6(buf, pos, end, wire_end, f):
     payload_len = max(np.int64(0), min(payload_len, wire_end - pos - 40))
     nh = buf[pos + 6]
     f[F_TTL] = buf[pos + 7]
+    traffic_class = ((np.int64(buf[pos]) & 0x0F) << 4) | (np.int64(buf[pos + 1]) >> 4)
+    f[F_DSCP] = traffic_class >> 2
+    f[F_ECN] = traffic_class & 0x03
     f[F_FAMILY] = 6
     f[F_SRC_HI] = _u64be(buf, pos + 8)
     f[F_SRC_LO] = _u64be(buf, pos + 16)
@@ -487,6 +493,10 @@ def _decode_block(buf, records, lo, hi, linktype_of, out, f):
                 status, l3_present = _ipv4(buf, pos, l3_end, wire_end, f)
             elif ethertype == ETH_IPV6:
                 status, l3_present = _ipv6(buf, pos, l3_end, wire_end, f)
+            elif ethertype == ETH_MAC_CONTROL:  # no IP; payload = the MAC Control opcode and parameters
+                f[F_PAYLOAD_OFFSET] = pos
+                f[F_PAYLOAD_LEN] = max(np.int64(0), wire_end - pos)
+                status, l3_present = NOT_IP, P_PAYLOAD
             else:
                 status, l3_present = NOT_IP, 0
             present |= l3_present
@@ -499,6 +509,8 @@ def _decode_block(buf, records, lo, hi, linktype_of, out, f):
         out.ethertype[i] = f[F_ETHERTYPE]
         out.ip_proto[i] = f[F_IP_PROTO]
         out.ttl[i] = f[F_TTL]
+        out.dscp[i] = f[F_DSCP]
+        out.ecn[i] = f[F_ECN]
         out.ip_id[i] = f[F_IP_ID]
         out.frag_offset[i] = f[F_FRAG_OFFSET]
         out.ip_flags[i] = f[F_IP_FLAGS]

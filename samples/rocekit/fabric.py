@@ -204,6 +204,8 @@ class Port:
 
     def kick(self, _arg) -> None:
         fab = self.fab
+        if fab.loop.now < self.free_at:  # a wake-up set while paused: the chain sending now goes on
+            return                       # (two chains would send one port at twice its line rate)
         pkt, wake = self._next()
         if pkt is None:
             self.busy = False

@@ -19,17 +19,29 @@ Sources, by the constants below:
 from __future__ import annotations
 
 import ipaddress
+import os
 import struct
+import sys
 import zlib
 
-# --- IBA Table 38: opcodes. Transport in bits 7-5 (RC = 0b000), operation in bits 4-0.
-TRANSPORT_RC = 0x00
-CNP = 0x81                                      # Annex A17.9: congestion notification packet
-SEND_FIRST, SEND_MIDDLE, SEND_LAST, SEND_LAST_IMM, SEND_ONLY, SEND_ONLY_IMM = 0x00, 0x01, 0x02, 0x03, 0x04, 0x05
-WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, WRITE_LAST_IMM, WRITE_ONLY, WRITE_ONLY_IMM = 0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B
-READ_REQUEST = 0x0C
-READ_RESP_FIRST, READ_RESP_MIDDLE, READ_RESP_LAST, READ_RESP_ONLY = 0x0D, 0x0E, 0x0F, 0x10
-ACKNOWLEDGE = 0x11
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if _ROOT not in sys.path:  # the repository root, for the decoder's wire tables (a pure-Python module)
+    sys.path.append(_ROOT)
+from analyzer.decoders import rocev2_layout as _L  # noqa: E402
+
+# --- the RoCEv2 wire tables: one copy, in the decoder's layout module analyzer/decoders/rocev2_layout.py
+# (opcodes, header sizes, AETH syndrome encoding, Table 43 credits, Table 45 RNR delays, ACK timeout
+# base, CNP); the names below are the generator's.
+TRANSPORT_RC = _L.TRANSPORT_RC
+CNP = _L.CNP                                    # Annex A17.9: congestion notification packet
+SEND_FIRST, SEND_MIDDLE, SEND_LAST = _L.SEND_FIRST, _L.SEND_MIDDLE, _L.SEND_LAST
+SEND_LAST_IMM, SEND_ONLY, SEND_ONLY_IMM = _L.SEND_LAST_IMM, _L.SEND_ONLY, _L.SEND_ONLY_IMM
+WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST = _L.WRITE_FIRST, _L.WRITE_MIDDLE, _L.WRITE_LAST
+WRITE_LAST_IMM, WRITE_ONLY, WRITE_ONLY_IMM = _L.WRITE_LAST_IMM, _L.WRITE_ONLY, _L.WRITE_ONLY_IMM
+READ_REQUEST = _L.READ_REQUEST
+READ_RESP_FIRST, READ_RESP_MIDDLE = _L.READ_RESP_FIRST, _L.READ_RESP_MIDDLE
+READ_RESP_LAST, READ_RESP_ONLY = _L.READ_RESP_LAST, _L.READ_RESP_ONLY
+ACKNOWLEDGE = _L.ACKNOWLEDGE
 OPCODE_NAMES = {SEND_FIRST: "SEND_FIRST", SEND_MIDDLE: "SEND_MIDDLE", SEND_LAST: "SEND_LAST",
                 SEND_LAST_IMM: "SEND_LAST_IMM", SEND_ONLY: "SEND_ONLY", SEND_ONLY_IMM: "SEND_ONLY_IMM",
                 WRITE_FIRST: "WRITE_FIRST", WRITE_MIDDLE: "WRITE_MIDDLE", WRITE_LAST: "WRITE_LAST",
@@ -37,49 +49,45 @@ OPCODE_NAMES = {SEND_FIRST: "SEND_FIRST", SEND_MIDDLE: "SEND_MIDDLE", SEND_LAST:
                 READ_REQUEST: "READ_REQUEST", READ_RESP_FIRST: "READ_RESP_FIRST",
                 READ_RESP_MIDDLE: "READ_RESP_MIDDLE", READ_RESP_LAST: "READ_RESP_LAST",
                 READ_RESP_ONLY: "READ_RESP_ONLY", ACKNOWLEDGE: "ACKNOWLEDGE", CNP: "CNP"}
-# which extension headers follow the BTH (rxe_opcode.c masks RXE_RETH_MASK / AETH / IMMDT / PAYLOAD)
-HAS_RETH = frozenset({WRITE_FIRST, WRITE_ONLY, WRITE_ONLY_IMM, READ_REQUEST})
-HAS_AETH = frozenset({READ_RESP_FIRST, READ_RESP_LAST, READ_RESP_ONLY, ACKNOWLEDGE})
-HAS_IMM = frozenset({SEND_LAST_IMM, SEND_ONLY_IMM, WRITE_LAST_IMM, WRITE_ONLY_IMM})
-HAS_PAYLOAD = frozenset({SEND_FIRST, SEND_MIDDLE, SEND_LAST, SEND_LAST_IMM, SEND_ONLY, SEND_ONLY_IMM,
-                         WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, WRITE_LAST_IMM, WRITE_ONLY, WRITE_ONLY_IMM,
-                         READ_RESP_FIRST, READ_RESP_MIDDLE, READ_RESP_LAST, READ_RESP_ONLY})
+# which extension headers follow the BTH, for the RC opcodes the generator sends (Table 38, from the
+# layout's per-opcode header bits; rxe_opcode.c masks RXE_RETH_MASK / AETH / IMMDT / PAYLOAD)
+_RC_SENT = range(SEND_FIRST, ACKNOWLEDGE + 1)
+HAS_RETH = frozenset(o for o in _RC_SENT if _L.OPCODE_HEADERS[o] & _L.H_RETH)
+HAS_AETH = frozenset(o for o in _RC_SENT if _L.OPCODE_HEADERS[o] & _L.H_AETH)
+HAS_IMM = frozenset(o for o in _RC_SENT if _L.OPCODE_HEADERS[o] & _L.H_IMMDT)
+HAS_PAYLOAD = frozenset(o for o in _RC_SENT if _L.OPCODE_HEADERS[o] & _L.H_PAYLOAD)
 ENDS_MESSAGE = frozenset({SEND_LAST, SEND_LAST_IMM, SEND_ONLY, SEND_ONLY_IMM, WRITE_LAST, WRITE_LAST_IMM,
-                          WRITE_ONLY, WRITE_ONLY_IMM})
+                          WRITE_ONLY, WRITE_ONLY_IMM})   # requester messages that complete a receive/write
 
 # --- header sizes (IBA §9.2, §9.3; rxe_hdr.h RXE_BTH_BYTES etc.)
-BTH_BYTES, RETH_BYTES, AETH_BYTES, IMMDT_BYTES, ICRC_BYTES = 12, 16, 4, 4, 4
-CNP_RESERVED_BYTES = 16                         # Annex A17.9.2: 16 reserved bytes after the BTH
-PSN_MASK = 0xFFFFFF                             # 24-bit PSN, QPN
-QPN_MASK = 0xFFFFFF
-DEFAULT_PKEY = 0xFFFF                           # the default partition, full membership (IBA §10.9.1.2)
-BTH_SE, BTH_MIGREQ = 0x80, 0x40                 # byte 1: SolicitedEvent, MigReq, PadCnt (2 bits), TVer (4 bits)
-BTH_FECN, BTH_BECN = 0x80, 0x40                 # byte 4 (rxe_hdr.h BTH_FECN_MASK/BTH_BECN_MASK in the qpn word)
-BTH_ACKREQ = 0x80                               # byte 8: AckReq, then 7 reserved bits
-PAD_ALIGN = 4                                   # payload padded to a multiple of 4 bytes (PadCnt)
+BTH_BYTES, RETH_BYTES, AETH_BYTES, IMMDT_BYTES, ICRC_BYTES = (_L.BTH_BYTES, _L.RETH_BYTES, _L.AETH_BYTES,
+                                                              _L.IMMDT_BYTES, _L.ICRC_BYTES)
+CNP_RESERVED_BYTES = _L.CNP_RESERVED_BYTES      # Annex A17.9.2: 16 reserved bytes after the BTH
+PSN_MASK = _L.PSN_MASK                          # 24-bit PSN, QPN
+QPN_MASK = _L.QPN_MASK
+DEFAULT_PKEY = _L.DEFAULT_PKEY                  # the default partition, full membership (IBA §10.9.1.2)
+BTH_SE, BTH_MIGREQ = _L.SE_BIT, _L.MIGREQ_BIT   # byte 1: SolicitedEvent, MigReq, PadCnt (2 bits), TVer (4 bits)
+BTH_FECN, BTH_BECN = _L.FECN_BIT, _L.BECN_BIT   # byte 4 (rxe_hdr.h BTH_FECN_MASK/BTH_BECN_MASK in the qpn word)
+BTH_ACKREQ = _L.ACKREQ_BIT                      # byte 8: AckReq, then 7 reserved bits
+PAD_ALIGN = _L.PAD_ALIGN                        # payload padded to a multiple of 4 bytes (PadCnt)
 
 # --- AETH syndrome (IBA §9.7.5.2.1, Table 41): bit 7 reserved, bits 6-5 type, bits 4-0 value
-AETH_ACK, AETH_RNR_NAK, AETH_NAK = 0x00, 0x20, 0x60
-AETH_TYPE_MASK, AETH_VALUE_MASK = 0x60, 0x1F
-NAK_PSN_SEQ_ERROR, NAK_INVALID_REQUEST, NAK_REMOTE_ACCESS, NAK_REMOTE_OP = 0, 1, 2, 3   # syndrome 0x60..0x63
-CREDIT_INVALID = 0x1F                           # Table 43: credit count 31 = "invalid" (no end-to-end credits)
-# Table 43: encoded credit count -> number of receive WQEs
-CREDIT_TABLE = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536,
-                2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768)
-# Table 45: RNR NAK timer field -> minimum delay in µs (code 0 is the longest, 655.36 ms). Linux's
-# rnrnak_usec[] has 61410 for code 25 (a typo for 61.44 ms); the specification's value is used here.
-RNR_DELAY_US = (655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920, 2560, 3840,
-                5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680,
-                491520)
-ACK_TIMEOUT_BASE_NS = 4096                      # §9.7.6.1.3: 4.096 µs × 2^timeout (timeout 0 = infinite)
+AETH_ACK, AETH_RNR_NAK, AETH_NAK = _L.AETH_ACK, _L.AETH_RNR_NAK, _L.AETH_NAK
+AETH_TYPE_MASK, AETH_VALUE_MASK = _L.AETH_TYPE_MASK, _L.AETH_VALUE_MASK
+NAK_PSN_SEQ_ERROR, NAK_INVALID_REQUEST, NAK_REMOTE_ACCESS, NAK_REMOTE_OP = (
+    _L.NAK_PSN_SEQ_ERROR, _L.NAK_INVALID_REQUEST, _L.NAK_REMOTE_ACCESS, _L.NAK_REMOTE_OP)   # syndrome 0x60..0x63
+CREDIT_INVALID = _L.CREDIT_INVALID              # Table 43: credit count 31 = "invalid" (no end-to-end credits)
+CREDIT_TABLE = _L.CREDIT_TABLE                  # Table 43: encoded credit count -> number of receive WQEs
+RNR_DELAY_US = _L.RNR_DELAY_US                  # Table 45: RNR NAK timer field -> minimum delay in µs
+ACK_TIMEOUT_BASE_NS = _L.ACK_TIMEOUT_BASE_NS    # §9.7.6.1.3: 4.096 µs × 2^timeout (timeout 0 = infinite)
 RETRY_INFINITE = 7                              # rnr_retry 7 = retry forever (IBA §9.7.5.2.8)
 
 # --- RoCEv2 (Annex A17) and IP
-ROCEV2_PORT = 4791
+ROCEV2_PORT = _L.ROCEV2_PORT
 UDP_SPORT_MIN = 0xC000                          # ib_verbs.h IB_ROCE_UDP_ENCAP_VALID_PORT_MIN
 FLOW_LABEL_MASK = 0xFFFFF                       # IB_GRH_FLOWLABEL_MASK
 ICRC_MASKED_LRH = b"\xff" * 8                   # A17.4.5.1: 8 bytes of ones stand for the LRH
-ECN_NOT_ECT, ECN_ECT1, ECN_ECT0, ECN_CE = 0, 1, 2, 3     # RFC 3168 §5
+ECN_NOT_ECT, ECN_ECT1, ECN_ECT0, ECN_CE = _L.ECN_NOT_ECT, _L.ECN_ECT1, _L.ECN_ECT0, _L.ECN_CE  # RFC 3168 §5
 DSCP_ROCE, DSCP_CNP = 26, 48                    # a common deployment: data on DSCP 26 (prio 3), CNPs on 48 (prio 6)
 PRIO_ROCE, PRIO_CNP = 3, 6                      # 802.1p priorities the switch maps those DSCPs to ("trust dscp")
 TTL = 64

@@ -16,7 +16,7 @@ from synthkit.writer import write_capture  # noqa: E402
 
 from .scenarios import Built  # noqa: E402
 
-GENERATOR_VERSION = "1"
+GENERATOR_VERSION = "2"
 
 
 class _Shim:

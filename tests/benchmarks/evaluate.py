@@ -2,7 +2,7 @@
 """herdscope evaluation: every detector over labelled captures it was not tuned on.
 
     python tests/benchmarks/evaluate.py [--quick] [--json OUT] [--keep DIR] [--only NAME ...]
-                                        [--no-real] [--no-synthetic] [--mixed PACKETS]
+                                        [--no-real] [--no-synthetic] [--no-rocev2] [--mixed PACKETS]
 
 Runs every detector (``detectors.run(open_capture(path), only=[name])``, one at a time so that one
 that crashes is counted as an error, not the end of the run) over
@@ -11,6 +11,13 @@ that crashes is counted as an error, not the end of the run) over
   eval      ``samples/eval/MANIFEST.toml`` when it exists (same schema);
   synthetic the parameter sweeps of ``samples/synth_scenarios.py`` (generated into a temporary
             directory, or ``--keep DIR``), each capture with its ground truth as data;
+  rocev2    the RoCEv2 scenarios of ``samples/rocev2_synth.py`` (issue 16: every pathology and its
+            healthy twin, at ROCEV2_SEEDS x ROCEV2_SCALES), generated once into the cache of
+            ``tests/rocev2_captures.py`` (tests/artifacts/rocev2/, reused while the generator is
+            unchanged); each label becomes an expectation (``groundtruth.expects_from_labels``: the
+            label's detector, server, resource and kind, starting in its interval +- SLACK_S);
+            every detector the labels do not name is silent (``rocev2_captures.record``). Generated,
+            not recorded: see samples/rocekit/README.md;
   mixed     with ``--mixed N``: synth.py's mixed capture of N packets where 1 % of the TCP connections
             lose their first SYN and 0.5 % a tail segment: the findings at or above medium, by
             detector and kind, and which of synth.py's labels they found (the issue's "a few dozen").
@@ -34,7 +41,8 @@ Expectations with ``pathology = None`` (a sweep point below the ground truth's f
 is, per point, the worst severity of the findings matching its expectation at any severity (for
 healthy points: the sweep detector's worst finding) and the first value that fires at >= medium: the smallest for
 ``direction = up`` sweeps (clients, rate, stall length), the largest for ``down`` (RTT, spread,
-interval). ``--quick`` runs a small subset (a real pair per detector, one eval pair, a few sweep points).
+interval). ``--quick`` runs a small subset (a real pair per detector, one eval pair, a few sweep points, one
+RoCEv2 pathology per RoCEv2 detector and its twin, seed 1, ROCEV2_QUICK_SCALE).
 """
 from __future__ import annotations
 
@@ -50,10 +58,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "samples"))
+sys.path.insert(0, str(ROOT / "tests"))
 
 import polars as pl  # noqa: E402
 
 import groundtruth as gt  # noqa: E402
+import rocev2_captures as rc  # noqa: E402
 import synth_scenarios as sc  # noqa: E402
 from analyzer import open_capture  # noqa: E402
 from detectors import available, run  # noqa: E402
@@ -65,6 +75,13 @@ FAMILY_DETECTOR = {"dns_herd": "herd", "krb_herd": "herd", "ldap_churn": "conn_c
 COLUMNS = ("tp", "miss", "fa", "h_med", "count", "err")
 SEC = 1_000_000_000
 SEV_LETTER = {None: "-", **{s: s[0].upper() for s in SEVERITIES}}
+# RoCEv2 (generated): two seeds and two scales per scenario; the ACK-timeout pair runs at least 300 ms
+# whatever the scale (its timer is 67 ms), so it is swept above 1 where the scale changes its workload
+ROCEV2_SEEDS = (1, 2)
+ROCEV2_SCALES = (0.05, 0.1)
+ROCEV2_SCALES_OF = {"rocev2-ack-timeout": (1.0, 2.0), "rocev2-ack-timeout-healthy": (1.0, 2.0)}
+ROCEV2_QUICK = ("rocev2-pfc-storm", "rocev2-gbn-storm", "rocev2-rnr-loop", "rocev2-incast")  # + twins, seed 1
+ROCEV2_QUICK_SCALE = 0.1  # the scale of the golden tests (tests/test_detectors_samples.py)
 
 
 def analyse(path: Path) -> tuple[pl.DataFrame, int | None, dict[str, str]]:
@@ -117,15 +134,16 @@ def judge(record: dict, findings: pl.DataFrame, first: int | None, errors: dict,
     bars = {d: opts.healthy_severity if out["healthy"] else opts.severity for d in record.get("silent", [])}
     for d in record.get("below_high", []):
         bars[d] = min(bars.get(d, "high"), "high", key=SEVERITY_RANK.get)
-    for d, bar in bars.items():
-        if d in errors:
+    for d, bar in bars.items():      # d: a detector or detector/kind
+        det = d.split("/", 1)[0]
+        if det in errors:
             continue
         over = gt.loud(findings, bar, d)
         if over.height:
-            out["false_alarms"].append({"detector": d, "findings": over.height, "worst": gt.worst(over),
+            out["false_alarms"].append({"detector": det, "findings": over.height, "worst": gt.worst(over),
                                         "kinds": sorted(set(over["kind"].to_list()))})
         elif out["healthy"] and gt.loud(findings, "medium", d).height:
-            out["healthy_medium"].append(d)
+            out["healthy_medium"].append(det)
     return out
 
 
@@ -133,9 +151,10 @@ def tally(results: list[dict], detectors: list[str]) -> dict[str, dict[str, int]
     table = {d: dict.fromkeys(COLUMNS, 0) for d in detectors}
     for r in results:
         for e in r["expects"]:
-            if e["pathology"] is None or e["detector"] not in table:
+            if e["pathology"] is None:
                 continue
-            row = table[e["detector"]]
+            # a labelled detector that is not registered is a row of misses, not left out
+            row = table.setdefault(e["detector"], dict.fromkeys(COLUMNS, 0))
             row["tp" if e["hit"] else "miss"] += 1
             if e["hit"] and not e["count_ok"]:
                 row["count"] += 1
@@ -242,6 +261,19 @@ def real_records(quick: bool) -> list[tuple[str, Path, dict]]:
     return out
 
 
+def rocev2_records(quick: bool, only) -> list[tuple[str, float, int]]:
+    """(scenario, scale, seed) of every generated RoCEv2 capture to score."""
+    out = []
+    for name in rc.scenarios():
+        if quick and (rc.twin_of(name) or name) not in ROCEV2_QUICK:
+            continue
+        if only and name not in only:
+            continue
+        scales = (ROCEV2_QUICK_SCALE,) if quick else ROCEV2_SCALES_OF.get(name, ROCEV2_SCALES)
+        out += [(name, scale, seed) for scale in scales for seed in (ROCEV2_SEEDS[:1] if quick else ROCEV2_SEEDS)]
+    return out
+
+
 def evaluate(opts) -> dict:
     t_start = time.perf_counter()
     detectors = list(available())
@@ -270,6 +302,14 @@ def evaluate(opts) -> dict:
                 progress(opts, res)
                 if not opts.keep:
                     path.unlink()
+        if not opts.no_rocev2:
+            for name, scale, seed in rocev2_records(opts.quick, opts.only):
+                findings, first, errors = analyse(rc.rocev2_capture(name, scale, seed))
+                record = rc.record(name, scale, seed, detectors, first)
+                results.append({"source": "rocev2", **judge(record, findings, first, errors, opts),
+                                "scenario": record["scenario"], "scale": record["scale"], "seed": record["seed"],
+                                "curve": None})
+                progress(opts, results[-1])
         if opts.keep:
             (work / "MANIFEST.json").write_text(json.dumps({"capture": records}, indent=1))
         mixed = mixed_run(opts.mixed, work) if opts.mixed else None
@@ -292,15 +332,39 @@ def progress(opts, r: dict) -> None:
 # -- printing --------------------------------------------------------------------------------------
 
 def confusion_lines(table: dict[str, dict[str, int]], title: str) -> list[str]:
-    head = f"{'detector':16}" + "".join(f"{c:>7}" for c in COLUMNS)
+    w = max([16, *(len(d) + 1 for d in table)])
+    head = f"{'detector':{w}}" + "".join(f"{c:>7}" for c in COLUMNS)
     lines = [title, head, "-" * len(head)]
     total = dict.fromkeys(COLUMNS, 0)
     for d, row in table.items():
-        lines.append(f"{d:16}" + "".join(f"{row[c]:>7}" for c in COLUMNS))
+        lines.append(f"{d:{w}}" + "".join(f"{row[c]:>7}" for c in COLUMNS))
         for c in COLUMNS:
             total[c] += row[c]
-    lines.append(f"{'all':16}" + "".join(f"{total[c]:>7}" for c in COLUMNS))
+    lines.append(f"{'all':{w}}" + "".join(f"{total[c]:>7}" for c in COLUMNS))
     return lines
+
+
+def secs(x: float) -> str:
+    """A time after the first packet: seconds, or milliseconds below one second (the RoCEv2 runs)."""
+    return f"{x:.2f} s" if abs(x) >= 1 else f"{x * 1e3:.3f} ms"
+
+
+def rocev2_lines(captures: list[dict]) -> list[str]:
+    """Per RoCEv2 scenario, per (scale, seed): labels found / labels, and false alarms by detector."""
+    by: dict[str, list[str]] = {}
+    for r in captures:
+        if r["source"] != "rocev2":
+            continue
+        hit = sum(e["hit"] for e in r["expects"])
+        fa = ",".join(sorted({f["detector"] for f in r["false_alarms"]}))
+        found = f"{hit}/{len(r['expects'])}" if r["expects"] else "" if fa else "clean"
+        verdict = found + (f" FA {fa}" if fa else "")
+        by.setdefault(r["scenario"], []).append(f"x{r['scale']:g}/s{r['seed']} {verdict}")
+    if not by:
+        return []
+    return ["", "RoCEv2 (generated; per scale/seed: labels found/labels, clean = nothing from a silent detector, "
+                "FA = silent detectors that reported)"] + [
+        f"  {name:28} " + "  ".join(cells) for name, cells in by.items()]
 
 
 def report(res: dict) -> str:
@@ -321,7 +385,7 @@ def report(res: dict) -> str:
     for r in res["captures"]:
         for e in r["expects"]:
             if e["pathology"] is not None and not e["hit"]:
-                problems.append(f"  miss  {r['file']}: {e['detector']}/{e['kind'] or '?'} at {e['start_s']:.2f} s "
+                problems.append(f"  miss  {r['file']}: {e['detector']}/{e['kind'] or '?'} at {secs(e['start_s'])} "
                                 f"(worst there: {e['near_worst'] or 'nothing'})")
             elif e["pathology"] is not None and not e["count_ok"]:
                 problems.append(f"  count {r['file']}: {e['detector']} {e['hits']} findings for one episode")
@@ -332,6 +396,7 @@ def report(res: dict) -> str:
             problems.append(f"  err   {r['file']}: {d}: {err}")
     if problems:
         lines += ["", "Misses, false alarms, counts and errors:"] + problems
+    lines += rocev2_lines(res["captures"])
     if res["curves"]:
         lines += ["", "Operating curves (per point the worst matching finding: - none, I L M H C; * healthy point;"
                       " fires = M or worse)"]
@@ -364,6 +429,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", help="capture files, scenario names or sweep names")
     ap.add_argument("--no-real", action="store_true", help="skip samples/ and samples/eval/")
     ap.add_argument("--no-synthetic", action="store_true", help="skip the synthetic sweeps")
+    ap.add_argument("--no-rocev2", action="store_true", help="skip the generated RoCEv2 scenarios")
     ap.add_argument("--mixed", type=int, metavar="PACKETS", help="also the large mixed capture with losses")
     ap.add_argument("--severity", default="medium", choices=SEVERITIES, help="false alarm bar (default medium)")
     ap.add_argument("--healthy-severity", default="high", choices=SEVERITIES,
