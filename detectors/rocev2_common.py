@@ -45,13 +45,15 @@ RNR_DELAY_NS = {code: int(rnr_delay_ns(code)) for code in range(32)}
 
 
 def rc_packets(pk: pl.DataFrame) -> pl.DataFrame:
-    """The decodable reliable-connected packets (status ok, transport RC, a PSN), addresses as strings."""
+    """The decodable reliable-connected packets (status ok, transport RC, a PSN, TVer 0), addresses as
+    strings. A receiver drops a packet whose BTH TVer is not 0 (IBA vol. 1 §9.2.2, §9.6.1.1): it is not
+    part of the transport, and random bytes on UDP 4791 pass this test only one time in sixteen."""
     if pk is None or pk.height == 0:
         return pl.DataFrame(schema={"frame": pl.UInt32, "ts_ns": pl.Int64, "qp_pair": pl.UInt32, "src": pl.String,
                                     "dst": pl.String, "opcode": pl.UInt8, "dest_qp": pl.UInt32, "psn": pl.UInt32,
                                     "aeth_kind": pl.String, "aeth_nak_code": pl.UInt8, "aeth_rnr_timer": pl.UInt8})
     ok = pk.filter((pl.col("status").cast(pl.String) == "ok") & (pl.col("transport").cast(pl.String) == "RC")
-                   & pl.col("psn").is_not_null() & pl.col("qp_pair").is_not_null())
+                   & pl.col("psn").is_not_null() & pl.col("qp_pair").is_not_null() & (pl.col("tver") == 0))
     return ok.select(pl.col("frame").cast(pl.UInt32), pl.col("ts_ns").cast(pl.Int64), pl.col("qp_pair").cast(pl.UInt32),
                      pl.col("src").cast(pl.String), pl.col("dst").cast(pl.String), pl.col("opcode").cast(pl.UInt8),
                      pl.col("dest_qp").cast(pl.UInt32), pl.col("psn").cast(pl.UInt32),

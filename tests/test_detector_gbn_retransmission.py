@@ -49,6 +49,14 @@ def test_nak_storm_counts_resends_per_psn_lost():
         pl.col("aeth_kind") == "nak")["ts_ns"].min()  # the first NAK
 
 
+def test_packets_with_a_transport_version_other_than_0_are_not_the_transport():
+    """A receiver drops a BTH with TVer != 0 (IBA §9.2.2): the same storm with its packets' TVer set is
+    nothing (and random bytes on UDP 4791 mostly fail this test)."""
+    pk = capture(storm()).frame("rocev2_packets")
+    assert run(capture(storm())).height == 1
+    assert run(FakeCapture(rocev2_packets=pk.with_columns(pl.lit(1, pl.UInt8).alias("tver")))).height == 0
+
+
 def test_severity_steps_follow_their_parameters():
     cap = capture(storm())
     assert run(cap, medium_episodes=4)["severity"].to_list() == ["low"]  # 3 episodes are not a storm then
