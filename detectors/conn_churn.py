@@ -42,13 +42,20 @@ that idle timeout would have kept one connection), over connections whose SYN is
     compared with the request rate the capture shows, not with an absolute number alone.
 
     Per service (kind ``syn_backlog``): connection attempts that got no SYN/ACK (Zeek S0 with a
-    retransmitted SYN, or REJ / RSTOS0) within ``backlog_window_ns`` of a handshake to the same service
-    that succeeded, and handshakes that succeeded only after a retransmitted SYN (SYN to SYN/ACK
-    >= ``syn_retry_ns``): the listen backlog overflowing under load. A full accept queue holds at least
-    its backlog of established connections, so the service must have had at least
-    ``backlog_min_open`` established connections open at those SYNs (median): SYNs lost at random on a
-    lightly loaded service (a few connections open at a time) are the path's loss (tcp_stall), not a
-    backlog. Its finding explains tcp_stall's ``rto`` / ``synack_retransmission`` findings at the
+    retransmitted SYN, or REJ / RSTOS0), and handshakes that succeeded only after a retransmitted SYN
+    (SYN to SYN/ACK >= ``syn_retry_ns``): the listen backlog overflowing under load. Each such attempt
+    is counted (``affected``) when, at its own SYN, both of what makes it a backlog's hold:
+      - another handshake to the service was answered within ``backlog_window_ns`` (under load, not a
+        closed port): any other, retried or not — its own late SYN/ACK is not one, and leaving the
+        retried ones out would make this set shrink as ``syn_retry_ns`` falls;
+      - at least ``backlog_min_open`` established connections to the service were open: a full accept
+        queue holds at least its backlog of them, so SYNs lost on a lightly loaded service (a few
+        connections open at a time) are the path's loss (tcp_stall), not a backlog.
+    Judged per attempt, not as a median over them: a median over a set that grows as ``syn_retry_ns``
+    falls (more handshakes count as retried, some on an idle service) can fall below the gate and drop
+    a finding a stricter setting had. Each attempt's tests depend on neither ``syn_retry_ns`` nor the
+    other attempts, so lowering ``syn_retry_ns`` or ``backlog_min_open`` only adds affected attempts.
+    Its finding explains tcp_stall's ``rto`` / ``synack_retransmission`` findings at the
     service in its window (``EXPLAINS``): they become its members (detectors/population.py).
 
 Severity rule
@@ -63,9 +70,14 @@ Severity rule
     (``one_shot_ports``: DNS over TCP 53, Kerberos 88 and 464), and those services are only reported
     at all from the medium rate up. Informational when fewer than ``min_both_directions_share``
     (half) of the group's connections were seen in both directions (one vantage point: cannot judge).
-    syn_backlog: low for ``min_failed_syns`` affected attempts; medium when they are at least
-    ``medium_failed_share`` (5 %) of the service's attempts in the affected period; high at
-    ``high_failed_share`` (20 %).
+    syn_backlog: low for ``min_failed_syns`` affected attempts; medium when, in the worst window, they
+    are at least ``medium_failed_share`` (5 %) of the service's attempts; high at ``high_failed_share``
+    (20 %). The window: around each affected SYN, every attempt to the service within
+    ``backlog_window_ns``, and the share of them affected; the largest is the finding's value. Those
+    attempts do not depend on which ones are affected, so more affected attempts only raise a window's
+    share and add windows: the value never falls as a gate is lowered (a share over the whole affected
+    period would, when one more far-off attempt widens the period). The explanation also gives the
+    share over the whole period.
 
 Known false positives
     Health checks and monitoring probes (one connection per probe by design, usually slower than the
@@ -160,19 +172,23 @@ class Params:
     min_server_close_share: float = param(0.5, "churn: otherwise, the explanation says TIME_WAIT piles up on the "
                                                "server when the server closes first on at least this share "
                                                "(wording only)", unit="share", lo=0.0, hi=1.0)
-    min_failed_syns: int = param(5, "syn_backlog: attempts without SYN/ACK (or only after a SYN retry) before "
+    min_failed_syns: int = param(5, "syn_backlog: attempts without SYN/ACK (or only after a SYN retry), each "
+                                    "near another answered handshake and with backlog_min_open open, before "
                                     "reporting", unit="attempts", gate=LOWER, lo=1)
-    backlog_window_ns: int = param(1_000_000_000, "... within this of a successful handshake to the service",
-                                   unit="ns", lo=0)
+    backlog_window_ns: int = param(1_000_000_000, "... within this of another successful handshake to the "
+                                                  "service; also the half-width of the window the severity "
+                                                  "share is measured in", unit="ns", lo=0)
     syn_retry_ns: int = param(900_000_000, "SYN to SYN/ACK this long means the first SYN was not answered",
                               unit="ns", gate=LOWER, lo=1)
-    medium_failed_share: float = param(0.05, "severity: failed share of attempts for medium", unit="share",
+    medium_failed_share: float = param(0.05, "severity: affected share of the attempts in the worst window "
+                                             "(backlog_window_ns around an affected SYN) for medium", unit="share",
                                        gate=LOWER, lo=0.0, hi=1.0)
     high_failed_share: float = param(0.20, "... for high", unit="share", gate=LOWER, lo=0.0, hi=1.0)
     backlog_min_open: int = param(5, "syn_backlog: established connections to the service still open when a "
-                                     "SYN went unanswered (median over those SYNs) before a full listen queue "
-                                     "can explain it (a full accept queue holds at least its backlog; 5 is "
-                                     "the smallest in common use, Python socketserver's)", unit="connections",
+                                     "SYN went unanswered (at that SYN; fewer: not counted) before a full "
+                                     "listen queue can explain it (a full accept queue holds at least its "
+                                     "backlog; 5 is the smallest in common use, Python socketserver's)",
+                                  unit="connections",
                                   gate=LOWER, lo=0)
 
 
@@ -391,58 +407,87 @@ def _churn_findings(agg: pl.DataFrame, p: Params, res: float) -> pl.DataFrame:
     ).with_columns(pl.Series("explanation", texts, dtype=pl.String))
 
 
-def _open_at(c: pl.DataFrame, near: pl.DataFrame, key: list[str]) -> pl.DataFrame:
-    """``near`` (failed attempts) with ``open_at``: the service's established connections (SYN/ACK
-    seen) whose handshake was done and that had not ended when the attempt's SYN was sent."""
-    est = c.filter(pl.col("saw_synack") & pl.col("synack_ts_ns").is_not_null()).select(
-        *key, pl.col("synack_ts_ns"), pl.col("last_ts_ns"))
-    est = est.with_columns(pl.struct(key).rank("dense").alias("_svc"))
-    svc = est.select(*key, "_svc").unique()
-    near = near.join(svc, on=key, how="left", maintain_order="left")
-    out = np.zeros(near.height, np.int64)
-    ts, sv = near["syn_ts_ns"].to_numpy(), near["_svc"].fill_null(0).to_numpy()
-    for s_id, g in est.group_by("_svc"):
-        starts, ends = np.sort(g["synack_ts_ns"].to_numpy()), np.sort(g["last_ts_ns"].to_numpy())
-        rows = np.nonzero(sv == s_id[0])[0]
-        out[rows] = np.searchsorted(starts, ts[rows], side="right") - np.searchsorted(ends, ts[rows], side="left")
-    return near.with_columns(pl.Series("open_at", out)).drop("_svc")
+def _below(points: pl.DataFrame, at: pl.DataFrame, key: list[str], times: np.ndarray, side: str) -> np.ndarray:
+    """For each row of ``at`` and its time in ``times``: how many of ``points``' times (column ``t``) at
+    the same service (``key``) are at most it (``side="right"``) or before it (``"left"``). One sort and
+    one search for every service at once: each time is replaced by its rank among all the times, and
+    the service's number is put in front of it."""
+    if at.height == 0:
+        return np.zeros(0, np.int64)
+    pts = points.filter(pl.col("t").is_not_null())
+    svc = pl.concat([pts.select(key), at.select(key)]).unique().with_row_index("_svc")
+    p_svc = pts.select(key).join(svc, on=key, how="left", maintain_order="left")["_svc"].to_numpy().astype(np.int64)
+    q_svc = at.select(key).join(svc, on=key, how="left", maintain_order="left")["_svc"].to_numpy().astype(np.int64)
+    ranks = np.unique(np.concatenate([pts["t"].to_numpy().astype(np.int64), times.astype(np.int64)]),
+                      return_inverse=True)[1].reshape(-1)
+    m = int(ranks.max(initial=0)) + 1
+    p_keys = np.sort(p_svc * m + ranks[:pts.height])
+    return (np.searchsorted(p_keys, q_svc * m + ranks[pts.height:], side=side)
+            - np.searchsorted(p_keys, q_svc * m, side="left"))
+
+
+def _within(points: pl.DataFrame, at: pl.DataFrame, key: list[str], times: np.ndarray, w: int) -> np.ndarray:
+    """How many of ``points``' times at each row's service lie within ``w`` of its time (both ends in);
+    the ends saturate at the int64 range (a hostile capture's timestamps, a huge window)."""
+    i64 = np.iinfo(np.int64)
+    w = min(int(w), i64.max)
+    return (_below(points, at, key, np.minimum(times, i64.max - w) + w, "right")
+            - _below(points, at, key, np.maximum(times, i64.min + w) - w, "left"))
 
 
 def _backlog(conns: pl.DataFrame, p: Params, res: float) -> pl.DataFrame:
-    c = conns.filter(pl.col("saw_syn")).with_columns(pl.col("server").cast(pl.String),
-                                                     pl.col("client").cast(pl.String))
+    """The syn_backlog findings (the module docstring says what counts and why each gate keeps its
+    direction: every set below only grows as ``syn_retry_ns`` or ``backlog_min_open`` is lowered)."""
+    c = conns.filter(pl.col("saw_syn") & pl.col("syn_ts_ns").is_not_null() & pl.col("server").is_not_null()
+                     & pl.col("server_port").is_not_null()).with_columns(
+        pl.col("server").cast(pl.String), pl.col("client").cast(pl.String))
     if c.height == 0:
         return pl.DataFrame()
     failed = (((pl.col("conn_state") == "S0") & (pl.col("client_packets") >= 2))
               | pl.col("conn_state").is_in(["REJ", "RSTOS0"]))
     retried = pl.col("saw_synack") & (pl.col("rtt_client_server_ns") >= p.syn_retry_ns)
-    c = c.with_columns(failed.alias("failed"), retried.alias("retried"))
-    key = ["server", "server_port"]
+    c = c.with_columns(failed.fill_null(False).alias("failed"), retried.fill_null(False).alias("retried"))
+    key, w = ["server", "server_port"], p.backlog_window_ns
     bad = c.filter(pl.col("failed") | pl.col("retried"))
     if bad.height == 0:
         return pl.DataFrame()
-    ok = c.filter(pl.col("saw_synack")).select(*key, pl.col("synack_ts_ns").alias("ok_ts")).sort("ok_ts")
-    # a successful handshake to the same service near each failure: under load, not a closed port
-    near = bad.sort("syn_ts_ns").join_asof(ok, left_on="syn_ts_ns", right_on="ok_ts", by=key,
-                                           strategy="nearest", check_sortedness=False)
-    near = near.filter((pl.col("ok_ts") - pl.col("syn_ts_ns")).abs() <= p.backlog_window_ns)
-    if near.height == 0:
-        return pl.DataFrame()
-    near = _open_at(c, near, key)
-    g = near.group_by(key).agg(
+    answered = c.filter(pl.col("saw_synack") & pl.col("synack_ts_ns").is_not_null())
+    syn = bad["syn_ts_ns"].to_numpy()
+    # other handshakes to the service answered within the window (under load, not a closed port); the
+    # attempt's own late SYN/ACK is not one of them. Any other answered handshake counts, retried or not,
+    # so that this does not change with syn_retry_ns.
+    own = bad.select((pl.col("saw_synack") & ((pl.col("synack_ts_ns") - pl.col("syn_ts_ns")).abs() <= w))
+                     .fill_null(False))
+    others = (_within(answered.select(*key, pl.col("synack_ts_ns").alias("t")), bad, key, syn, w)
+              - own.to_series().cast(pl.Int64).to_numpy())
+    # established connections (handshake answered, not yet ended) open when the SYN was sent
+    open_at = (_below(answered.select(*key, pl.col("synack_ts_ns").alias("t")), bad, key, syn, "right")
+               - _below(answered.select(*key, pl.col("last_ts_ns").alias("t")), bad, key, syn, "left"))
+    aff = bad.with_columns(pl.Series("_others", others), pl.Series("open_at", open_at)).filter(
+        (pl.col("_others") > 0) & (pl.col("open_at") >= p.backlog_min_open))
+    g = aff.group_by(key).agg(
         pl.len().alias("affected"), pl.col("failed").sum().alias("n_failed"),
         pl.col("retried").sum().alias("n_retried"),
         pl.col("syn_ts_ns").min().alias("start_ns"), pl.col("syn_ts_ns").max().alias("end_ns"),
         pl.col("client").n_unique().alias("clients"), pl.col("first_frame").sort().alias("evidence_frames"),
         pl.col("open_at").median().alias("open_median"),
-    ).filter((pl.col("affected") >= p.min_failed_syns) & (pl.col("open_median") >= p.backlog_min_open))
+    ).filter(pl.col("affected") >= p.min_failed_syns)
     if g.height == 0:
         return pl.DataFrame()
+    aff = aff.join(g.select(key), on=key, how="semi")
+    s = aff["syn_ts_ns"].to_numpy()
+    # the worst window: around each affected SYN, the affected share of all the service's attempts
+    # within backlog_window_ns (those attempts do not depend on the parameters, so a share only grows)
+    peak = aff.with_columns(
+        pl.Series("_aff", _within(aff.select(*key, pl.col("syn_ts_ns").alias("t")), aff, key, s, w)),
+        pl.Series("_att", _within(c.select(*key, pl.col("syn_ts_ns").alias("t")), aff, key, s, w)),
+    ).with_columns((pl.col("_aff") / pl.col("_att")).alias("share")).sort(
+        *key, "share", "_att", "syn_ts_ns", descending=[False, False, True, True, False]).group_by(
+        key, maintain_order=True).first().select(*key, "share", "_aff", "_att", pl.col("syn_ts_ns").alias("_at"))
     attempts = c.join(g.select(*key, "start_ns", "end_ns"), on=key).filter(
-        pl.col("syn_ts_ns").is_between(pl.col("start_ns") - p.backlog_window_ns, pl.col("end_ns") + p.backlog_window_ns)
+        pl.col("syn_ts_ns").is_between(pl.col("start_ns") - w, pl.col("end_ns") + w)
     ).group_by(key).agg(pl.len().alias("attempts"))
-    g = g.join(attempts, on=key, how="left").with_columns(
-        (pl.col("affected") / pl.col("attempts")).alias("share"))
+    g = g.join(attempts, on=key, how="left").join(peak, on=key, how="left")
     g = g.with_columns(
         pl.when(pl.col("share") >= p.high_failed_share).then(pl.lit("high"))
         .when(pl.col("share") >= p.medium_failed_share).then(pl.lit("medium"))
@@ -450,13 +495,17 @@ def _backlog(conns: pl.DataFrame, p: Params, res: float) -> pl.DataFrame:
     texts = []
     for r in g.iter_rows(named=True):
         span = fmt_ns(max(r["end_ns"] - r["start_ns"], res))
+        worst = ("" if (r["_aff"], r["_att"]) == (r["affected"], r["attempts"]) else
+                 f"; at worst {r['_aff']} of the {r['_att']} attempts within {fmt_ns(w)} of one of them "
+                 f"({r['share']:.0%})")
         texts.append(
             f"{r['affected']} of {r['attempts']} connection attempts to {endpoint(r['server'], r['server_port'])} "
             f"from {r['clients']} client{'s' if r['clients'] != 1 else ''} within {span} got no SYN/ACK "
             f"({r['n_failed']} never answered or reset, {r['n_retried']} answered only after a SYN retry) while "
-            f"other handshakes to it succeeded and {r['open_median']:,.0f} established connections to it were "
-            f"open (median at those SYNs): the listen backlog is overflowing under a burst of new "
-            f"connections (raise the backlog / somaxconn, or stop connecting per request).")
+            f"other handshakes to it succeeded and at least {p.backlog_min_open:,} established connections to "
+            f"it were open ({r['open_median']:,.0f}, median at those SYNs){worst}: the listen backlog is "
+            f"overflowing under a burst of new connections (raise the backlog / somaxconn, or stop connecting "
+            f"per request).")
     return g.select(
         pl.lit("syn_backlog").alias("kind"), "severity", pl.col("start_ns").cast(pl.Int64),
         pl.col("end_ns").cast(pl.Int64), pl.lit(None, pl.String).alias("client"), "server",

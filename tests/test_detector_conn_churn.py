@@ -225,9 +225,10 @@ def test_syn_backlog_overflow():
     f = detect(FakeCapture(connections=pl.concat([ok, dropped])))
     r = f.filter(pl.col("kind") == "syn_backlog").row(0, named=True)
     assert r["severity"] == "medium" and r["resource"] == "10.0.0.80:80" and r["client"] is None
-    assert r["value"] == pytest.approx(6 / 46) and r["evidence_total"] == 6
-    assert r["explanation"].startswith("6 of 46 connection attempts to 10.0.0.80:80 from 1 client")
-    assert "and 17 established connections to it were open" in r["explanation"]
+    # the first drop came with the first connection, none open yet: not a full queue's, so not counted
+    assert r["value"] == pytest.approx(5 / 46) and r["evidence_total"] == 5
+    assert r["explanation"].startswith("5 of 46 connection attempts to 10.0.0.80:80 from 1 client")
+    assert "and at least 5 established connections to it were open (20, median at those SYNs)" in r["explanation"]
     # the same unanswered SYNs on a lightly loaded service (each connection 3 ms, none open at the
     # drops): random SYN loss on the path, not a full listen queue; the gate is a lower bound
     light = pl.concat([ok.with_columns((pl.col("syn_ts_ns") + 3 * MS).alias("last_ts_ns")),
@@ -243,6 +244,67 @@ def test_syn_backlog_overflow():
     assert detect(FakeCapture(connections=closed)).height == 0
     once = dropped.with_columns(pl.lit(1, pl.UInt32).alias("client_packets"))
     assert detect(FakeCapture(connections=pl.concat([ok, once]))).filter(pl.col("kind") == "syn_backlog").height == 0
+
+
+def _backlog_of(conns, **params):
+    return detect(FakeCapture(connections=conns), **params).filter(pl.col("kind") == "syn_backlog")
+
+
+def test_syn_backlog_more_retried_handshakes_never_lose_the_finding():
+    # 6 unanswered SYNs while 20-40 connections are open, and later 10 handshakes answered after 50 ms
+    # on an idle service (nothing else open). syn_retry_ns = 20 ms makes those 10 "retried": they are
+    # not a full queue's (too few open), and they must not hide the 6 that are. A median of the open
+    # connections over all 16 (0) did.
+    ok = connections(40, 40.0, server="10.0.0.80", port=80, client="10.0.1.1", life=5 * S)
+    dropped = connections(6, 6.0, server="10.0.0.80", port=80, client="10.0.1.2", start=T0 + S // 2,
+                          first_conn=100, state="S0", history="S")
+    slow = connections(10, 10.0, server="10.0.0.80", port=80, client="10.0.1.3", start=T0 + 7 * S, life=60 * MS,
+                       rtt=100 * MS, first_conn=200)
+    conns = pl.concat([ok, dropped, slow])
+    at_default, looser = _backlog_of(conns), _backlog_of(conns, syn_retry_ns=20 * MS)
+    assert at_default.height == 1 and str(at_default["severity"][0]) == "medium"
+    assert at_default["explanation"][0].startswith("6 of 46 connection attempts")
+    assert looser.height == 1 and str(looser["severity"][0]) == "medium"
+    # the worst window: 6 of the 32 attempts within 1 s of the last drop
+    assert looser["value"][0] == at_default["value"][0] == pytest.approx(6 / 32)
+    assert looser["explanation"][0] == at_default["explanation"][0]
+    # with no connection required open, the 10 count too (lowering that gate adds, never removes)
+    loosest = _backlog_of(conns, syn_retry_ns=20 * MS, backlog_min_open=0)
+    assert loosest["evidence_total"][0] == 16 and str(loosest["severity"][0]) == "high"
+
+
+def test_syn_backlog_severity_is_the_worst_window_so_more_failures_never_lower_it():
+    # 40 unanswered SYNs in 100 ms among 100 connections/s: 27 % of the attempts within 1 s of them
+    # (high). 5 handshakes answered after 50 ms two seconds later, "retried" at syn_retry_ns = 20 ms,
+    # widen the period; over the whole of it the share falls to 18 % (medium), but the worst window
+    # is unchanged: the severity steps on it.
+    ok = connections(200, 100.0, server="10.0.0.82", port=80, client="10.0.1.1", life=10 * S)
+    dropped = connections(40, 400.0, server="10.0.0.82", port=80, client="10.0.1.2", start=T0 + 60 * MS,
+                          first_conn=300, state="S0", history="S")
+    late = connections(5, 100.0, server="10.0.0.82", port=80, client="10.0.1.3", start=T0 + 1995 * MS,
+                       life=10 * S, rtt=100 * MS, first_conn=600)
+    conns = pl.concat([ok, dropped, late])
+    at_default, looser = _backlog_of(conns), _backlog_of(conns, syn_retry_ns=20 * MS)
+    assert str(at_default["severity"][0]) == "high" and str(looser["severity"][0]) == "high"
+    assert looser["value"][0] >= at_default["value"][0] > 0.2
+    assert looser["evidence_total"][0] == 45
+    assert "45 of 245 connection attempts" in looser["explanation"][0]
+    assert "at worst 40 of the 147 attempts within 1 s of one of them" in looser["explanation"][0]
+
+
+def test_syn_backlog_needs_another_handshake_answered_not_its_own():
+    # retried handshakes 2 s apart, answered after 950 ms, while 20 connections are open: each one's
+    # only SYN/ACK within the window is its own, so nothing shows the service answering others then
+    ok = connections(20, 40.0, server="10.0.0.83", port=80, client="10.0.1.1", life=30 * S)
+    apart = connections(5, 0.5, server="10.0.0.83", port=80, client="10.0.1.2", start=T0 + 5 * S,
+                        rtt=1900 * MS, life=5 * S, first_conn=400)
+    assert _backlog_of(pl.concat([ok, apart])).height == 0
+    # 1 s apart, each after the first comes 50 ms after the previous one was answered: those are found
+    close = connections(6, 1.0, server="10.0.0.83", port=80, client="10.0.1.2", start=T0 + 5 * S,
+                        rtt=1900 * MS, life=5 * S, first_conn=400)
+    found = _backlog_of(pl.concat([ok, close]))
+    assert found.height == 1 and found["evidence_total"][0] == 5
+    assert "(0 never answered or reset, 5 answered only after a SYN retry)" in found["explanation"][0]
 
 
 def test_contract():
