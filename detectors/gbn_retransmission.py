@@ -38,9 +38,20 @@ Aggregation
 Severity rule
     informational: no response of the QP captured (the responder -> requester direction is missing:
         NAK- and timer-driven cannot be told apart). critical: retry count exhausted.
-    nak: high when at least ``medium_episodes`` episodes resent at least ``high_amplification`` PSNs
-        per PSN lost; medium with at least ``medium_amplification``; low otherwise (one episode is an
-        incident, a storm repeats); at most low with no NAK captured.
+    nak: by what go-back-N cost the QP and whether the loss repeats. The *resent share* is the PSNs
+        resent over the QP direction's requests (resends included) within ``episode_gap_ns`` / 2 of
+        its episodes: the goodput lost. A lossless class should lose nothing, so a loss that costs a
+        share of the traffic is a link to look at even when it is the capture's only one: one loss
+        resending 40 PSNs in a 2,000-request capture is 2 % of the goodput and one loss per 2,000
+        packets (~1,000 losses/s at a 100 Gb/s QP's rate), while the same loss among a million
+        requests is 0.004 %. High: a storm, at least ``storm_episodes`` episodes, with a resent share
+        of at least ``high_resent_share`` and at least ``high_amplification`` PSNs resent per PSN lost.
+        Medium: at least ``medium_amplification`` per loss, and ``storm_episodes`` episodes (a loss
+        that repeats, whatever it cost) or a resent share of at least ``medium_resent_share``. Low
+        otherwise (an isolated loss in a long or busy capture); at most low with no NAK captured. The
+        share is a ratio of packet counts: it does not depend on the capture's length or its clock's
+        resolution (the losses per second in the explanation are over the QP's requests' span, never
+        less than RESOLUTION_TICKS ticks).
     timeout: by the time the QP stood still (the silences, summed), on both scales: high when at least
         ``timeout_high_ns`` and ``timeout_high_rtts`` RTTs, medium from ``timeout_medium_ns`` and
         ``timeout_medium_rtts`` RTTs, low otherwise (no RTT measured: the time scale alone).
@@ -70,7 +81,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from . import rocev2_common as rc
-from .base import NS_PER_MS, empty_findings, findings, fmt_ns, fmt_number, resolution_ns
+from .base import NS_PER_MS, NS_PER_S, RESOLUTION_TICKS, empty_findings, findings, fmt_ns, fmt_number, resolution_ns
 from .params import LOWER, param
 
 NAME = "gbn_retransmission"
@@ -92,8 +103,15 @@ class Params:
                                                "separate findings", unit="ns", lo=1)
     min_resent: int = param(1, "PSNs resent (per QP and trigger) before anything is reported", unit="PSNs",
                             gate=LOWER, lo=1)
-    medium_episodes: int = param(3, "nak: medium or high needs at least this many episodes (a storm, not one "
-                                    "loss)", unit="episodes", gate=LOWER, lo=1)
+    storm_episodes: int = param(3, "nak: a storm, the loss repeating: this many episodes are medium whatever "
+                                   "they cost, and high needs them (one loss is an incident)", unit="episodes",
+                                gate=LOWER, lo=1)
+    medium_resent_share: float = param(0.005, "nak: medium from this share of the QP's requests (resends included, "
+                                              "within episode_gap_ns / 2 of its episodes) being go-back-N resends: "
+                                              "the goodput lost, even to one loss", unit="share", gate=LOWER,
+                                       lo=0.0, hi=1.0)
+    high_resent_share: float = param(0.02, "nak: high (a storm) from this resent share", unit="share", gate=LOWER,
+                                     lo=0.0, hi=1.0)
     medium_amplification: float = param(4.0, "nak: medium from this many PSNs resent per PSN lost",
                                         unit="PSNs per loss", gate=LOWER, lo=0.0)
     high_amplification: float = param(16.0, "nak: high from this many PSNs resent per PSN lost",
@@ -175,6 +193,7 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
                 pl.col("gap").sum().alias("gap_seen"), pl.col("nak_seen").sum().alias("naks"),
                 pl.col("stall_ns").sum(), pl.col("silence_ns").max().alias("max_silence_ns"),
                 pl.col("ep_start_ns").min().alias("start_ns"), pl.col("end_ns").max(),
+                pl.col("ts_ns").min().alias("first_resend_ns"),
                 pl.col("ev").list.explode(keep_nulls=False, empty_as_null=False).alias("evidence_frames"),
                 ((pl.col("max_sends") >= params.retry_cnt + 1)
                  & (pl.col("acked_u").is_null() | (pl.col("acked_u") < pl.col("psn_u")))).any().alias("exhausted"),
@@ -188,7 +207,12 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
     quiet = int(rows["ts_ns"].max()) - pl.col("last_ns")
     ended = ((pl.col("last_response_kind") == "nak")
              | (quiet >= pl.max_horizontal(pl.col("max_silence_ns").fill_null(0), pl.lit(params.timeout_min_ns))))
+    # the QP's traffic around the episodes (parts are > episode_gap_ns apart: these windows never overlap)
+    half = params.episode_gap_ns // 2
+    per = rc.requests_within(req, per.with_columns((pl.col("first_resend_ns") - half).alias("lo_ns"),
+                                                   (pl.col("end_ns") + half).alias("hi_ns"))).drop("lo_ns", "hi_ns")
     per = per.with_columns((pl.col("resent") / pl.col("lost").clip(lower_bound=1)).alias("amplification"),
+                           (pl.col("resent") / pl.col("window_requests").clip(lower_bound=1)).alias("resent_share"),
                            # "never acknowledged" needs the responder's direction in the capture
                            (pl.col("exhausted") & ended.fill_null(False) & (pl.col("responses") > 0))
                            .alias("exhausted"))
@@ -198,9 +222,10 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
 
 
 def _severity(per: pl.DataFrame, p: Params) -> pl.DataFrame:
-    amp, eps = pl.col("amplification"), pl.col("episodes")
-    nak = (pl.when((eps >= p.medium_episodes) & (amp >= p.high_amplification)).then(pl.lit("high"))
-           .when((eps >= p.medium_episodes) & (amp >= p.medium_amplification)).then(pl.lit("medium"))
+    amp, eps, share = pl.col("amplification"), pl.col("episodes"), pl.col("resent_share")
+    storm = eps >= p.storm_episodes
+    nak = (pl.when(storm & (share >= p.high_resent_share) & (amp >= p.high_amplification)).then(pl.lit("high"))
+           .when((storm | (share >= p.medium_resent_share)) & (amp >= p.medium_amplification)).then(pl.lit("medium"))
            .otherwise(pl.lit("low")))
     nak = pl.when(pl.col("naks") == 0).then(pl.lit("low")).otherwise(nak)
     stall = pl.col("stall_ns").cast(pl.Float64)
@@ -213,6 +238,17 @@ def _severity(per: pl.DataFrame, p: Params) -> pl.DataFrame:
            .when(pl.col("exhausted")).then(pl.lit("critical"))
            .when(pl.col("trigger") == "timeout").then(timeout).otherwise(nak))
     return per.with_columns(sev.alias("severity"), rtts.alias("stall_rtts"))
+
+
+def _cost_text(r: dict) -> str:
+    """What the resends cost the QP: the share of its requests (a ratio of counts, whatever the capture's
+    length or clock) and, for scale, the losses per second over its requests' span (never shorter than
+    RESOLUTION_TICKS ticks of the capture's clock: a rate over fewer is the clock's, not the QP's)."""
+    n, lost = r["window_requests"], max(int(r["lost"]), 1)
+    span = max(int(r["window_span_ns"] or 0), RESOLUTION_TICKS * int(r["tick_ns"] or 1))
+    return (f"the resends were {fmt_number(r['resent_share'] * 100)} % of the QP's {n:,} requests (goodput lost to "
+            f"go-back-N), one loss every {fmt_number(n / lost)} requests; {lost:,} loss(es) in its {fmt_ns(span)} "
+            f"of requests (~{fmt_number(lost * NS_PER_S / span)}/s)")
 
 
 def _rows(per: pl.DataFrame, p: Params) -> pl.DataFrame:
@@ -245,7 +281,7 @@ def _rows(per: pl.DataFrame, p: Params) -> pl.DataFrame:
             trig = (f"; {r['naks']} NAK(s) (PSN sequence error) named the first PSN of each run" if r["naks"] else
                     "; no NAK captured before the resends (an implicit NAK, a READ response PSN gap, or a NAK "
                     "the mirror did not see)")
-            body = f"{trig}; {rtt_txt}"
+            body = f"{trig}; {_cost_text(r)}; {rtt_txt}"
             metric, value, threshold, unit = ("amplification", r["amplification"], p.medium_amplification,
                                               "PSNs resent per PSN lost")
         if r["exhausted"]:

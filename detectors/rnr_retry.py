@@ -29,8 +29,14 @@ Severity rule
         one PSN NAKed more than ``rnr_retry`` times; or a NAK never retried, no request of the QP after
         its delay, and the capture going on ``gone_delays`` delays longer: the QP gave up).
     high: a loop (at least ``loop_min_naks`` RNR NAKs) that lost at least ``high_lost_ns`` and
-        ``high_lost_rtts`` RTTs (no RTT measured: the time alone); medium: a loop; low: fewer NAKs.
-    Nothing below ``min_naks`` RNR NAKs.
+        ``high_lost_rtts`` RTTs (no RTT measured: the time alone). medium: a loop, or at least
+        ``share_min_naks`` RNR NAKs whose waits took at least ``medium_wait_share`` of the time the QP
+        pair was seen (its first to last packet, within ``episode_gap_ns`` / 2 of the NAKs, never
+        less than RESOLUTION_TICKS ticks; the waits as a union, cut at its last packet: pipelined
+        SENDs NAKed together wait together): a requester idle for a share of its life because its
+        peer posts no receive buffers, even where a short capture holds only two of the NAKs (two
+        code-12 NAKs are 1.3 ms of waiting: most of a 1 ms capture, a rounding error of a 10 s one).
+        low: otherwise (one NAK: a start-up race). Nothing below ``min_naks`` RNR NAKs.
 
 What a capture cannot show
     A mirror sees the wire, not the receive queue: why no WQE was posted (a slow consumer, a missing
@@ -51,7 +57,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from . import rocev2_common as rc
-from .base import NS_PER_MS, empty_findings, findings, fmt_ns, fmt_number, resolution_ns
+from .base import NS_PER_MS, RESOLUTION_TICKS, empty_findings, findings, fmt_ns, fmt_number, resolution_ns
 from .params import LOWER, param
 
 NAME = "rnr_retry"
@@ -65,8 +71,13 @@ RETRY_INFINITE = 7  # rnr_retry 7: retry for ever (IBA §9.7.6.1.4)
 class Params:
     min_naks: int = param(1, "RNR NAKs (per QP direction) before anything is reported", unit="NAKs",
                           gate=LOWER, lo=1)
-    loop_min_naks: int = param(3, "a loop (medium or high) needs at least this many RNR NAKs", unit="NAKs",
+    loop_min_naks: int = param(3, "a loop (medium; high needs it) is at least this many RNR NAKs", unit="NAKs",
                                gate=LOWER, lo=1)
+    share_min_naks: int = param(2, "medium by the time lost needs at least this many RNR NAKs (one is a "
+                                   "start-up race) ...", unit="NAKs", gate=LOWER, lo=1)
+    medium_wait_share: float = param(0.1, "... whose waits were at least this share of the time the QP pair was "
+                                          "seen within episode_gap_ns / 2 of them", unit="share", gate=LOWER,
+                                     lo=0.0, hi=1.0)
     high_lost_ns: int = param(1_000_000, "high: the loop cost the QP at least this much waiting ...", unit="ns",
                               gate=LOWER, lo=0)
     high_lost_rtts: float = param(100.0, "... and this many RTTs", unit="RTTs", gate=LOWER, lo=0.0)
@@ -113,9 +124,10 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
     naks = nak_retries(req, rsp, params.retry_window_ns)
     if naks.height == 0:
         return empty_findings()
-    last = rows.group_by("qp_pair").agg(pl.col("ts_ns").max().alias("pair_last_ns"))
+    last = rows.group_by("qp_pair").agg(pl.col("ts_ns").min().alias("pair_first_ns"),
+                                        pl.col("ts_ns").max().alias("pair_last_ns"))
     facts = rc.at_resolution(rc.flow_facts(req, rsp), resolution_ns(capture))
-    naks = naks.join(last, on="qp_pair", how="left").with_columns(
+    naks = naks.join(last, on="qp_pair", how="left").sort(*rc.FLOW, "ts_ns", "frame").with_columns(
         pl.coalesce(pl.col("retry_ts_ns") - pl.col("ts_ns"),
                     pl.max_horizontal(pl.col("pair_last_ns") - pl.col("ts_ns"), "delay_ns")).clip(lower_bound=0)
         .alias("wait_ns"),
@@ -123,6 +135,12 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
         pl.col("frame").cum_count().over(*rc.FLOW, "psn").alias("nth"))
     split = ((pl.col("ts_ns") - pl.col("ts_ns").shift(1).over(rc.FLOW)) > params.episode_gap_ns).fill_null(False)
     naks = naks.with_columns(split.cast(pl.UInt32).cum_sum().over(rc.FLOW).alias("part"))
+    # the time the requester was waiting at all: the union of the waits (a pipelined QP's NAKed SENDs
+    # wait at once), each cut at the QP pair's last packet (naks sorted by flow and time)
+    until = pl.min_horizontal(pl.col("ts_ns") + pl.col("wait_ns"), "pair_last_ns")
+    naks = naks.with_columns(until.alias("_until")).with_columns(
+        (pl.col("_until") - pl.max_horizontal("ts_ns", pl.col("_until").cum_max().shift(1).over(*rc.FLOW, "part")))
+        .clip(lower_bound=0).alias("_waiting"))
     # gave up: a NAK never retried, no request of the QP after its delay, and the capture went on for
     # gone_delays x that delay (the QP in the error state, or its application gave up)
     later = req.group_by(rc.FLOW).agg(pl.col("ts_ns").max().alias("last_req_ns"))
@@ -139,6 +157,7 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
                 pl.col("timer").mode().min().alias("timer"),
                 pl.col("timer").n_unique().alias("timers"),
                 pl.col("wait_ns").sum().alias("lost_ns"), pl.col("wait_ns").median().alias("median_wait_ns"),
+                pl.col("_waiting").sum().alias("waiting_ns"),
                 pl.col("retry_frame").is_not_null().sum().alias("retried"),
                 (pl.col("honoured") == False).sum().alias("early"),  # noqa: E712 - null (no retry) is not early
                 pl.col("ts_ns").min().alias("start_ns"),
@@ -153,6 +172,15 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
            .join(facts, on=rc.FLOW, how="left"))
     if per.height == 0:
         return empty_findings()
+    # the share of the QP pair's observed time (within episode_gap_ns / 2 of the NAKs: parts never
+    # overlap) spent waiting; the span never below RESOLUTION_TICKS ticks of the capture's clock
+    half = params.episode_gap_ns // 2
+    span = (pl.min_horizontal(pl.col("end_ns") + half, "pair_last_ns")
+            - pl.max_horizontal(pl.col("start_ns") - half, "pair_first_ns"))
+    span = pl.max_horizontal(span, pl.col("tick_ns").fill_null(1) * RESOLUTION_TICKS)
+    per = (per.join(last, on="qp_pair", how="left")
+           .with_columns(span.alias("seen_ns"))
+           .with_columns((pl.col("waiting_ns") / pl.col("seen_ns")).clip(upper_bound=1.0).alias("wait_share")))
     per = _severity(per, params)
     out = rc.merge_by_responder(_rows(per, params), params.population_min_qps, what="RNR NAK loop")
     return findings(out.drop("_qps"), detector=NAME, params=params)
@@ -163,12 +191,13 @@ def _severity(per: pl.DataFrame, p: Params) -> pl.DataFrame:
     rtts = lost / pl.col("rtt_ns").cast(pl.Float64)
     no_rtt = pl.col("rtt_ns").is_null() | (pl.col("rtt_ns") <= 0)
     loop = pl.col("naks") >= p.loop_min_naks
+    starved = (pl.col("naks") >= p.share_min_naks) & (pl.col("wait_share") >= p.medium_wait_share)
     exhausted = ((pl.lit(p.rnr_retry < RETRY_INFINITE) & (pl.col("max_per_message") > p.rnr_retry))
                  | pl.col("stuck"))
     sev = (pl.when(pl.col("requests") == 0).then(pl.lit("informational"))
            .when(exhausted).then(pl.lit("critical"))
            .when(loop & (lost >= p.high_lost_ns) & (no_rtt | (rtts >= p.high_lost_rtts))).then(pl.lit("high"))
-           .when(loop).then(pl.lit("medium"))
+           .when(loop | starved).then(pl.lit("medium"))
            .otherwise(pl.lit("low")))
     return per.with_columns(sev.alias("severity"), rtts.alias("lost_rtts"), exhausted.alias("exhausted"))
 
@@ -192,6 +221,8 @@ def _rows(per: pl.DataFrame, p: Params) -> pl.DataFrame:
                 f"up to {r['max_per_message']} per message; the requester waited {fmt_ns(r['lost_ns'])} in all "
                 f"(median {fmt_ns(r['median_wait_ns'])} per NAK")
         text += (f", {fmt_number(r['lost_rtts'])} RTTs)" if rtt else ")")
+        text += (f"; a NAKed request waiting during {fmt_ns(r['waiting_ns'])} of the {fmt_ns(r['seen_ns'])} the QP "
+                 f"was seen ({fmt_number(r['wait_share'] * 100)} %)")
         text += ": the responder had no receive WQE posted when the SENDs arrived"
         if r["early"]:
             text += f"; {r['early']} retry(ies) came sooner than the timer's delay (the requester ignores it)"

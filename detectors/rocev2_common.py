@@ -10,7 +10,8 @@ addressed to, then the responder's address and the QPN its requests are addresse
 A *flow* is one requester -> responder direction of one QP pair: ``(qp_pair, requester)``. Requests
 (SEND / WRITE / READ REQUEST / atomics: ``rocev2.is_request``) are read in capture order per flow:
 
-- the PSN is unwrapped (24 bits, IBA §9.7.1: each step is taken modulo 2^24 into [-2^23, 2^23));
+- the PSN is unwrapped (24 bits, IBA §9.7.1: each step is taken modulo 2^24 into [-2^23, 2^23);
+  ``rocev2.unwrap_psn``, the rule rocev2_flows counts with);
 - a *resend* is a request whose PSN this flow already sent (a PSN seen again);
 - a request is *behind* when its PSN is not above every PSN the flow sent before it: the requester
   went back (go-back-N from the NAKed PSN, or from the oldest unacknowledged one after its ACK timer
@@ -23,6 +24,7 @@ Each episode's trigger is read from the responses: the latest NAK "PSN sequence 
 syndrome 0x60) naming the episode's first PSN within ``nak_window_ns`` before it -> ``nak``; the
 latest RNR NAK (0x20|timer) naming it -> ``rnr`` (rnr_retry's, not a go-back-N); neither -> the
 silence before it (since the QP pair's previous packet, either direction) decides in the detector.
+What the resends cost is over the flow's requests in a window around them (``requests_within``).
 
 All of it is column work (sort, shift, cumulative windows over flows, as-of joins), never a loop.
 """
@@ -30,13 +32,12 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer.decoders.rocev2 import ack_timeout_ns, is_request, rnr_delay_ns  # noqa: F401 - re-exported
+from analyzer.decoders.rocev2 import ack_timeout_ns, is_request, rnr_delay_ns, unwrap_psn  # noqa: F401 - re-exported
 
 from .base import RESOLUTION_TICKS, SEVERITY_RANK, endpoint, fmt_ns, optional_frame
 
 PSN_BITS = 24  # IBA §9.2: the PSN is 24 bits and wraps
 PSN_MOD = 1 << PSN_BITS
-PSN_HALF = 1 << (PSN_BITS - 1)
 FLOW = ("qp_pair", "requester")
 MIRROR_NOTE = ("seen at a mirror or NIC sniffer: the wire, not the DMA or the receive/send WQE queues")
 
@@ -80,12 +81,8 @@ def requests(rc: pl.DataFrame) -> pl.DataFrame:
            .sort(*FLOW, "ts_ns", "frame"))
     new_flow = ((pl.col("qp_pair") != pl.col("qp_pair").shift(1))
                 | (pl.col("requester") != pl.col("requester").shift(1))).fill_null(True)
-    psn = pl.col("psn").cast(pl.Int64)
-    step = pl.when(new_flow).then(0).otherwise((((psn - psn.shift(1)) + PSN_HALF) % PSN_MOD) - PSN_HALF)
-    req = req.with_columns(new_flow.alias("_new"), step.cum_sum().alias("_c"))
-    req = req.with_columns(
-        pl.col("_new").cum_sum().alias("_flow"),
-        (pl.when("_new").then(psn - pl.col("_c")).forward_fill() + pl.col("_c")).alias("psn_u"))
+    req = req.with_columns(new_flow.alias("_new")).with_columns(pl.col("_new").cum_sum().alias("_flow"))
+    req = req.with_columns(unwrap_psn(req, pl.col("_flow"), pl.lit(True)))  # psn_u, the decoder's rule
     # per-flow running maximum as one global one: each flow's PSNs lifted above every earlier flow's
     lifted = pl.col("_flow").cast(pl.Int64) * (1 << 40) + pl.col("psn_u") + PSN_MOD
     req = req.with_columns(
@@ -99,7 +96,7 @@ def requests(rc: pl.DataFrame) -> pl.DataFrame:
     run = ((pl.col("_flow") != pl.col("_flow").shift(1)) | (pl.col("psn_u") != pl.col("psn_u").shift(1))).fill_null(True)
     idx = pl.int_range(pl.len(), dtype=pl.UInt32)
     sends = by_psn.select("frame", (idx - pl.when(run).then(idx).forward_fill() + 1).cast(pl.UInt32).alias("sends"))
-    req = (req.drop("_new", "_c", "_flow", "_back").join(sends, on="frame", how="left")
+    req = (req.drop("_new", "_flow", "_back").join(sends, on="frame", how="left")
            .with_columns((pl.col("sends") > 1).alias("resend")))
     return req.join(prev, on="frame", how="left")
 
@@ -205,6 +202,28 @@ def acked_through(req: pl.DataFrame, rsp: pl.DataFrame) -> pl.DataFrame:
                                               strategy="backward", check_sortedness=False)
     top = placed.group_by(FLOW).agg(pl.col("psn_u").max().alias("acked_u"))
     return last.join(top, on=FLOW, how="left")
+
+
+def requests_within(req: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """``windows`` (FLOW, ``lo_ns``, ``hi_ns``, any other columns) with ``window_requests``: the
+    flow's requests (resends included: what it put on the wire) with lo_ns <= ts_ns <= hi_ns, and
+    ``window_span_ns``: from the first of them to the last (0 for one, null for none). Two as-of
+    joins on a per-flow running count, no loop."""
+    ranked = (req.select(*FLOW, "ts_ns", "frame").sort(*FLOW, "ts_ns", "frame")
+              .with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over(FLOW).alias("_i"))
+              .sort("ts_ns", "_i"))
+    last = ranked.select(*FLOW, pl.col("ts_ns").alias("_t_hi"), pl.col("_i").alias("_i_hi"))
+    first = ranked.select(*FLOW, pl.col("ts_ns").alias("_t_lo"), pl.col("_i").alias("_i_lo"))
+    out = (windows.with_row_index("_w").sort("hi_ns")
+           .join_asof(last, left_on="hi_ns", right_on="_t_hi", by=list(FLOW), strategy="backward",
+                      check_sortedness=False)
+           .sort("lo_ns")
+           .join_asof(first, left_on="lo_ns", right_on="_t_lo", by=list(FLOW), strategy="forward",
+                      check_sortedness=False))
+    n = (pl.col("_i_hi") - pl.col("_i_lo") + 1).clip(lower_bound=0).fill_null(0)
+    return (out.with_columns(n.cast(pl.UInt32).alias("window_requests"),
+                             pl.when(n > 0).then(pl.col("_t_hi") - pl.col("_t_lo")).alias("window_span_ns"))
+            .sort("_w").drop("_w", "_t_hi", "_i_hi", "_t_lo", "_i_lo"))
 
 
 def optional_packets(capture) -> pl.DataFrame | None:

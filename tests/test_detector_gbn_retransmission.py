@@ -58,18 +58,48 @@ def test_packets_with_a_transport_version_other_than_0_are_not_the_transport():
 
 
 def test_severity_steps_follow_their_parameters():
-    cap = capture(storm())
-    assert run(cap, medium_episodes=4)["severity"].to_list() == ["low"]  # 3 episodes are not a storm then
+    cap = capture(storm())  # 3 episodes, 93 of 493 requests resent (19 %), 31 per loss
+    # 3 episodes are not a storm then (no high), but resending 19 % of the traffic is still medium ...
+    assert run(cap, storm_episodes=4)["severity"].to_list() == ["medium"]
+    assert run(cap, storm_episodes=4, medium_resent_share=0.2)["severity"].to_list() == ["low"]  # ... not 20 %
+    assert run(cap, high_resent_share=0.2)["severity"].to_list() == ["medium"]
     assert run(cap, high_amplification=40.0)["severity"].to_list() == ["medium"]
     assert run(cap, medium_amplification=40.0, high_amplification=40.0)["severity"].to_list() == ["low"]
     assert run(cap, min_resent=94).height == 0 and run(cap, min_resent=93).height == 1
 
 
-def test_one_loss_is_an_incident_not_a_storm():
+def test_one_loss_is_rated_by_the_share_of_the_traffic_it_cost():
+    """One loss resending 101 PSNs of a 300-request QP is a third of its goodput: medium (it was low
+    when medium needed 3 episodes); the same loss once the QP has sent 24,800 PSNs more (0.4 %) is an
+    isolated incident: low. Neither is high: high is a storm, the loss repeating."""
     q = Qp()
     gbn_trace(q, n=200, losses=(50,), nak_after=100)
     r = run(capture(q)).row(0, named=True)
-    assert r["severity"] == "low" and r["value"] == 101.0 and "1 episode(s)" in r["explanation"]
+    assert r["severity"] == "medium" and r["value"] == 101.0 and "1 episode(s)" in r["explanation"]
+    # 199 PSNs captured once and 101 resent: 300 requests; 30 µs of them at one every 100 ns
+    assert "the resends were 33.7 % of the QP's 300 requests" in r["explanation"]
+    assert "1 loss(es) in its 30 µs of requests (~33,333/s)" in r["explanation"]
+    long = Qp()
+    gbn_trace(long, n=25_000, losses=(50,), nak_after=100)
+    r = run(capture(long)).row(0, named=True)
+    assert (r["severity"], r["value"]) == ("low", 101.0) and "0.4 % of the QP's 25,100 requests" in r["explanation"]
+
+
+def test_an_isolated_loss_in_a_long_healthy_capture_stays_low():
+    """One NAKed loss (41 PSNs resent) among 20,000 requests of a QP over 20 ms: 0.2 % of its traffic,
+    low (the other QPs' traffic is not part of its share); five such losses in the same capture are a
+    storm (1 % of the traffic: medium, not the 2 % of high)."""
+    q = Qp()
+    gbn_trace(q, n=20_000, losses=(10_000,), nak_after=40, gap_ns=1_000)
+    others = [Qp(pair=k, requester=f"10.0.0.{k}", rq=0x100 + k, sq=0x200 + k, sport=0xC100 + k) for k in (2, 3)]
+    for o in others:
+        gbn_trace(o, n=1_000, gap_ns=20_000)
+    f = run(capture(q, *others))
+    assert f.select("severity", "value").rows() == [("low", 41.0)]
+    assert "0.2 % of the QP's 20,040 requests" in f["explanation"][0]
+    storm5 = Qp()
+    gbn_trace(storm5, n=20_000, losses=tuple(range(2_000, 20_000, 4_000)), nak_after=40, gap_ns=1_000)
+    assert run(capture(storm5)).select("severity", "value").rows() == [("medium", 41.0)]
 
 
 def test_psn_wrap_is_one_step_and_healthy_traffic_is_silent():

@@ -60,7 +60,10 @@ def test_an_rnr_loop_reports_naks_waits_and_the_timer_against_the_rtt():
 
 def test_severity_steps_follow_their_parameters():
     cap = capture(starving())
-    assert run(cap, loop_min_naks=6)["severity"].to_list() == ["low"]
+    # 5 NAKs are no loop then, but the QP waited through nearly all its 3.2 ms: medium by that share
+    assert run(cap, loop_min_naks=6)["severity"].to_list() == ["medium"]
+    assert run(cap, loop_min_naks=6, share_min_naks=6)["severity"].to_list() == ["low"]
+    assert run(cap, loop_min_naks=6, medium_wait_share=1.0)["severity"].to_list() == ["low"]
     assert run(cap, high_lost_ns=10 * MS)["severity"].to_list() == ["medium"]
     assert run(cap, high_lost_rtts=2000.0)["severity"].to_list() == ["medium"]  # 3.2 ms is 1,600 RTTs of 2 µs
     assert run(cap, min_naks=6).height == 0
@@ -69,6 +72,33 @@ def test_severity_steps_follow_their_parameters():
 def test_one_rnr_nak_is_low():
     r = run(capture(starving(messages=1))).row(0, named=True)
     assert r["severity"] == "low" and "1 RNR NAK(s)" in r["explanation"]
+
+
+def busy(until_ns: int, qp: Qp) -> Qp:
+    """``qp``'s own SENDs, one every 100 µs up to ``until_ns``, each ACKed (PSNs from 1000)."""
+    for k in range(until_ns // (100 * US)):
+        qp.send(k * 100 * US + 50 * US, 1000 + k, opcode=SEND_ONLY).ack(k * 100 * US + 52 * US, 1000 + k)
+    return qp
+
+
+def test_two_rnr_naks_are_medium_when_the_qp_spent_its_time_waiting():
+    """Two RNR NAKs (code 12: 641 µs each) are a starved QP in the 1.3 ms it was seen (medium: it was
+    low when medium needed a 3-NAK loop), but a rounding error of a QP busy for 0.9 s (low; its share
+    is over the episode_gap_ns / 2 around the NAKs: 501 ms): severity by the share of the QP's time
+    spent waiting, not by the count alone. Two pipelined SENDs NAKed at
+    once wait together: the union of the waits, not their sum."""
+    r = run(capture(starving(messages=2))).row(0, named=True)
+    assert r["severity"] == "medium" and "2 RNR NAK(s)" in r["explanation"]
+    assert "a NAKed request waiting during 1.28 ms of the 1.29 ms the QP was seen (99.5 %)" in r["explanation"]
+    long = run(capture(busy(900 * MS, starving(messages=2)))).row(0, named=True)
+    assert long["severity"] == "low" and "of the 501 ms the QP was seen (0.26 %)" in long["explanation"]
+    q = Qp()  # two SENDs in flight, both NAKed, both retried after one delay
+    q.send(0, 0, opcode=SEND_ONLY).send(1 * US, 1, opcode=SEND_ONLY)
+    q.rnr(3 * US, 0, timer=12).rnr(4 * US, 1, timer=12)
+    q.send(3 * US + DELAY_12, 0, opcode=SEND_ONLY).send(4 * US + DELAY_12, 1, opcode=SEND_ONLY)
+    q.ack(6 * US + DELAY_12, 1)
+    r = run(capture(q)).row(0, named=True)
+    assert "waited 1.28 ms in all" in r["explanation"] and "waiting during 641 µs of the 646 µs" in r["explanation"]
 
 
 def test_retries_per_message_beyond_rnr_retry_are_exhausted():

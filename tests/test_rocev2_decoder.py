@@ -290,6 +290,38 @@ def test_flows_count_messages_resends_naks_cnps_and_ecn(read_capture):
     assert rq["first_ns"] < rs["first_ns"] and rq["qp_pair"] == rs["qp_pair"]
 
 
+def test_flows_unwrap_the_24_bit_psn_in_capture_order(read_capture):
+    """IBA PSNs are 24 bits, compared modulo 2^24: a flow crossing 0xFFFFFF -> 0 with a go-back-N resend
+    across the wrap, and a sparse one (a mirror sampling the QP: steps of 0x600000 < 2^23) that goes
+    round three laps and meets its first PSN again. Distinct PSNs, messages and resends count unwrapped
+    PSNs (a PSN of the next lap is new, not a resend); psn_first/psn_last stay the wire values."""
+    def req(op, psn, sport=0xC001, dqp=0x381):
+        return frame(bth(op, dqp=dqp, psn=psn) + b"d" * 8 + ICRC, sport=sport)
+
+    top = L.PSN_MASK
+    crossing = [req(0x00, top - 1), req(0x01, top), req(0x02, 0), req(0x04, 1),  # SEND First, Middle, Last; Only
+                frame(bth(0x11, dqp=0x2E1, psn=top) + aeth(0x60, 0) + ICRC, src=B, dst=A, sport=0xC001),  # NAK
+                req(0x01, top), req(0x02, 0), req(0x04, 1)]  # go-back-N from 0xFFFFFF, back across the wrap
+    sparse = [req(0x04, (k * 0x600000) & top, sport=0xC002, dqp=0x382) for k in range(9)]  # 8 steps: 3 laps
+    cap = read_capture(pcap_file([(1_700_000_000, i * 1000, f) for i, f in enumerate(crossing + sparse)],
+                                 nanosecond=True))
+    fl = cap.frame("rocev2_flows").filter(pl.col("direction") == "requester")
+    wrap = fl.filter(pl.col("dest_qp") == 0x381).row(0, named=True)
+    assert (wrap["packets"], wrap["psn_distinct"], wrap["retransmitted_psns"], wrap["messages"]) == (7, 4, 3, 2)
+    assert (wrap["psn_first"], wrap["psn_last"]) == (top - 1, 1)  # as on the wire: psn_last < psn_first
+    laps = fl.filter(pl.col("dest_qp") == 0x382).row(0, named=True)
+    assert (laps["packets"], laps["psn_distinct"], laps["retransmitted_psns"], laps["messages"]) == (9, 9, 0, 9)
+    assert (laps["psn_first"], laps["psn_last"]) == (0, 0)  # 3 x 2^24 later: raw PSNs would count a resend
+    raw = cap.frame("rocev2_packets").filter(pl.col("dest_qp") == 0x382)["psn"]
+    assert raw.n_unique() == 8  # what the raw 24-bit values alone would have said
+
+    rows = pl.DataFrame({"k": [1, 1, 1, 1, 2, 1, 2], "psn": [top, 0, 5, top - 2, 7, 3, 6],
+                         "cnp": [False, False, False, False, False, True, False]})
+    unwrapped = rocev2.unwrap_psn(rows, pl.col("k"), ~pl.col("cnp")).to_list()
+    # a step back across the wrap is the lap before; a CNP row is skipped (null) and its PSN ignored
+    assert unwrapped == [top, top + 1, top + 6, top - 2, 7, None, 6]
+
+
 # -- hostile bytes: no crash, and nothing read past a message ------------------------------------------------
 
 def _run(buf, offset, length, wire):

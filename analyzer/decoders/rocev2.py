@@ -34,7 +34,12 @@ Decisions (each tested in ``tests/test_rocev2_decoder.py``):
 message-ending packets (:func:`ends_message`; a resent LAST counts once); ``payload_bytes`` sums
 ``payload_len`` of every packet, resends included (what crossed the wire); ``psn_*`` are over every
 packet but CNPs (for an ACK direction: the acknowledged PSNs); ``retransmitted_psns`` is the number of
-data packets (neither ACK, atomic ACK nor CNP) whose PSN this direction had already sent;
+data packets (neither ACK, atomic ACK nor CNP) whose PSN this direction had already sent. The PSN is
+24 bits and wraps after 2^24 packets of a direction (~5 s at 100 Gb/s): ``messages``,
+``psn_distinct`` and ``retransmitted_psns`` count *unwrapped* PSNs (:func:`unwrap_psn`, per
+direction in capture order: a PSN on the next lap is a new one, not a resend), while ``psn_first``
+and ``psn_last`` are the wire values of the first and last packet (what tshark shows; ``psn_last``
+may be below ``psn_first`` after a wrap);
 ``cnps`` counts the CNPs sent by the flow's destination to its source on the same qp_pair (the CNPs
 this flow's sender received); ``ce_packets``/``ect_packets`` count CE / ECT(0|1) packets (null when
 the packets frame has no ECN).
@@ -128,12 +133,13 @@ FLOW_COLUMNS: tuple[Column, ...] = (
     column("first_ns", np.int64, "first packet"),
     column("last_ns", np.int64, "last packet"),
     column("packets", np.uint32, "packets with a BTH"),
-    column("messages", np.uint32, "distinct PSNs of message-ending packets (ends_message)"),
+    column("messages", np.uint32, "distinct unwrapped PSNs of message-ending packets (ends_message)"),
     column("payload_bytes", np.uint64, "sum of payload_len, resends included"),
-    column("psn_first", np.uint32, "PSN of the first packet (CNPs excluded)"),
-    column("psn_last", np.uint32, "PSN of the last packet (CNPs excluded)"),
-    column("psn_distinct", np.uint32, "distinct PSNs (CNPs excluded)"),
-    column("retransmitted_psns", np.uint32, "data packets (not ACK/atomic ACK/CNP) whose PSN was already sent"),
+    column("psn_first", np.uint32, "PSN of the first packet (CNPs excluded), as on the wire"),
+    column("psn_last", np.uint32, "PSN of the last packet (CNPs excluded), as on the wire (wrapped)"),
+    column("psn_distinct", np.uint32, "distinct unwrapped PSNs (CNPs excluded; unwrap_psn)"),
+    column("retransmitted_psns", np.uint32, "data packets (not ACK/atomic ACK/CNP) whose unwrapped PSN was "
+           "already sent"),
     column("acks", np.uint32, "ACK packets (Acknowledge opcode, AETH kind ack)"),
     column("naks_psn_seq", np.uint32, "NAKs: PSN sequence error (syndrome 0x60)"),
     column("naks_invalid_request", np.uint32, "NAKs: invalid request (0x61)"),
@@ -330,6 +336,32 @@ def decode_packets(sets: Sequence[MessageSet], ecn: pl.DataFrame | None = None) 
 # --- flows -------------------------------------------------------------------------------------------
 
 FLOW_KEY = ("qp_pair", "src", "dst", "sport", "dest_qp")
+PSN_LAP = L.PSN_MASK + 1  # 2^24: PSN arithmetic is modulo this (IBA vol. 1 §9.7)
+PSN_HALF_LAP = PSN_LAP // 2
+
+
+def unwrap_psn(frame: pl.DataFrame, key: pl.Expr, seq: pl.Expr) -> pl.Series:
+    """The PSNs of ``frame``'s rows where ``seq`` holds, unwrapped per value of ``key`` (a non-negative
+    integer expression: one value per PSN sequence) in row (capture) order, as Int64 (null where
+    ``seq`` does not hold; those rows are skipped): each step from the sequence's previous PSN is
+    taken modulo 2^24 into [-2^23, 2^23), so a PSN more than 2^23 below the previous one is the next
+    lap (0xFFFFFF -> 0x000000 is +1) and one at least 2^23 above it the lap before (a go-back-N resend
+    back across the wrap); the first PSN of a sequence is its lap 0. A shift and a cumulative sum of
+    the lap steps over one integer key, no loop."""
+    k = key.cast(pl.UInt64) * 2 + (~seq).fill_null(True).cast(pl.UInt64)  # skipped rows: a sequence of their own
+    out = frame.select(pl.col("psn").cast(pl.Int64).alias("_raw"), k.alias("_k"), seq.fill_null(False).alias("_seq"))
+    step = pl.col("_raw") - pl.col("_raw").shift(1).over("_k")
+    lap = (pl.when(step < -PSN_HALF_LAP).then(1).when(step >= PSN_HALF_LAP).then(-1).otherwise(0)
+           .cum_sum().over("_k"))
+    return out.select(pl.when("_seq").then(pl.col("_raw") + lap * PSN_LAP).alias("psn_u")).to_series()
+
+
+def _direction_code(frame: pl.DataFrame) -> pl.Expr:
+    """One integer per FLOW_KEY value: qp_pair (the address pair and sport), which side sends, and
+    DestQP (24 bits), packed; cheaper to window over than the five columns."""
+    s, d = _address_codes(frame)
+    return (pl.col("qp_pair").cast(pl.UInt64) * (1 << 25) + (s > d).cast(pl.UInt64) * (1 << 24)
+            + pl.col("dest_qp").cast(pl.UInt64).fill_null(0))
 
 
 def flows(packets: pl.DataFrame) -> pl.DataFrame:
@@ -347,16 +379,18 @@ def flows(packets: pl.DataFrame) -> pl.DataFrame:
     def naks(code):
         return (nak & (pl.col("aeth_nak_code") == code)).sum().cast(pl.UInt32)
 
+    p = p.with_columns(unwrap_psn(p, _direction_code(p), ~cnp).alias("_psn_u"))
+    psn = pl.col("_psn_u")
     g = p.group_by(FLOW_KEY, maintain_order=True).agg(
         pl.col("direction").first(),
         pl.col("ts_ns").min().alias("first_ns"), pl.col("ts_ns").max().alias("last_ns"),
         pl.len().cast(pl.UInt32).alias("packets"),
-        pl.col("psn").filter(ends_message(op)).n_unique().cast(pl.UInt32).alias("messages"),
+        psn.filter(ends_message(op) & ~cnp).n_unique().cast(pl.UInt32).alias("messages"),
         pl.col("payload_len").sum().cast(pl.UInt64).alias("payload_bytes"),
-        pl.col("psn").filter(~cnp).first().alias("psn_first"),
+        pl.col("psn").filter(~cnp).first().alias("psn_first"),  # wire values, not unwrapped
         pl.col("psn").filter(~cnp).last().alias("psn_last"),
-        pl.col("psn").filter(~cnp).n_unique().cast(pl.UInt32).alias("psn_distinct"),
-        (data.sum() - pl.col("psn").filter(data).n_unique()).cast(pl.UInt32).alias("retransmitted_psns"),
+        psn.filter(~cnp).n_unique().cast(pl.UInt32).alias("psn_distinct"),
+        (data.sum() - psn.filter(data).n_unique()).cast(pl.UInt32).alias("retransmitted_psns"),
         (op.is_in(list(ACK_OPCODES)) & (pl.col("aeth_kind") == "ack")).sum().cast(pl.UInt32).alias("acks"),
         naks(L.NAK_PSN_SEQ_ERROR).alias("naks_psn_seq"), naks(L.NAK_INVALID_REQUEST).alias("naks_invalid_request"),
         naks(L.NAK_REMOTE_ACCESS).alias("naks_remote_access"), naks(L.NAK_REMOTE_OP).alias("naks_remote_op"),
