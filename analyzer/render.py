@@ -130,6 +130,10 @@ def print_summary(s: dict, out: Console | None = None) -> None:
                                    f"({tcp['fast_retransmissions']:,} fast, {tcp['spurious_retransmissions']:,} "
                                    f"spurious), {tcp['duplicate_acks']:,} duplicate ACKs, {tcp['zero_windows']:,} "
                                    f"zero windows, {tcp['lost_segments']:,} not captured before")
+    if s.get("decode_damage"):
+        t.add_row("Decode damage:", "; ".join(
+            f"{frame}: " + ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in statuses.items())
+            for frame, statuses in s["decode_damage"].items()) + " (kept as rows with that status, not dropped)")
     if s["events"]:
         t.add_row("Notes:", ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in s["events"].items()))
     out.print(t)

@@ -20,7 +20,8 @@ reading stopped before the end or the gzip stream was cut short; offset may then
 non-packet blocks, sections ...), ``tcp`` (``{connections, states: {conn_state: n}, segments,
 retransmissions, fast_retransmissions, spurious_retransmissions, zero_windows, duplicate_acks,
 lost_segments, handshake_rtt_ns: {n, median, p99}}``; the RTTs as measured, so a median of 0 on a
-10 ms tick means "below the tick": ``herdscope info`` prints it so).
+10 ms tick means "below the tick": ``herdscope info`` prints it so), ``decode_damage``
+(``{frame: {status: rows}}``: damaged messages a decoder kept as rows, see :func:`decode_damage`).
 """
 from __future__ import annotations
 
@@ -32,6 +33,9 @@ from .capture import Capture
 from .decoders import registry
 from .tcp import analysis as an
 from .kernels import records as rk
+from . import mac_control  # noqa: F401 - registers pause_frames (schema and builder)
+from .kernels.headers import ETH_MAC_CONTROL
+from .schema import FRAMES
 from .resolution import capture_tick
 
 # Well-known ports → service names, as tshark's port tables name them, for the ports no decoder
@@ -132,6 +136,35 @@ def _fewest_samples(ifaces: pl.DataFrame) -> int:
     return int(used.min()) if used is not None and used.len() else 0
 
 
+def _damage_status(frame: str) -> bool:
+    """Whether ``frame``'s schema has a damage status: a ``status`` Enum whose first value is "ok" (not
+    a response code such as DNS's rcode or SMB2's NT status)."""
+    status = next((c for c in FRAMES.get(frame, ()) if c.name == "status"), None)
+    return status is not None and isinstance(status.polars, pl.Enum) and status.polars.categories[0] == "ok"
+
+
+def decode_damage(cap: Capture) -> dict[str, dict[str, int]]:
+    """``{frame: {status: rows}}``: the damaged messages the decoders kept as rows with a ``status``
+    other than "ok" (rocev2_packets: truncated, bad_length; pause_frames: truncated) instead of dropping
+    them. Only frames whose schema has such a status are built, and only when the capture carries their
+    traffic (a protocol's ports, EtherType 0x8808): a DNS capture decodes nothing more here."""
+    p = cap.packets
+    carried = {"pause_frames": pl.col("ethertype") == ETH_MAC_CONTROL}
+    for proto in registry.protocols():
+        if proto.ports:
+            on_ports = pl.col("sport").is_in(list(proto.ports)) | pl.col("dport").is_in(list(proto.ports))
+            carried.update({f: on_ports for f in proto.frames})
+    out: dict[str, dict[str, int]] = {}
+    for name, carries in carried.items():
+        if not _damage_status(name) or p.height == 0 or p.filter(carries).height == 0:
+            continue
+        bad = (cap.frame(name).filter(pl.col("status").cast(pl.String) != "ok")
+               .group_by("status").len().sort("status"))
+        if bad.height:
+            out[name] = {str(status): int(n) for status, n in bad.iter_rows()}
+    return out
+
+
 def summarize(cap: Capture) -> dict:
     p = cap.packets
     report = cap.report
@@ -183,4 +216,5 @@ def summarize(cap: Capture) -> dict:
             "offset": report.stop_offset, "bytes_not_read": report.bytes_not_read},
         "events": events,
         "tcp": tcp_totals(cap),
+        "decode_damage": decode_damage(cap),
     }

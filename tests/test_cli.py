@@ -14,7 +14,7 @@ from builders import ethernet, ipv4, pcap_file, tcp
 DEMO = Path(__file__).parent / "data" / "arkime-wireshark-smb-on-windows10.pcap"
 INFO_KEYS = {"file", "format", "compressed", "file_size", "packets", "bytes", "wire_bytes", "first_ts", "last_ts",
              "first_time", "last_time", "duration_s", "ts_resolution_ns", "link_types", "interfaces", "protocols",
-             "parse_status", "skipped", "damage", "events", "tcp",
+             "parse_status", "skipped", "damage", "events", "tcp", "decode_damage",
              "effective_resolution_ns", "effective_resolution_samples"}
 
 
@@ -26,6 +26,7 @@ def test_info_json_has_the_documented_keys(capsys):
     assert doc["first_ts"] == 1476605363990103000 and doc["first_time"] == "2016-10-16T08:09:23.990103000Z"
     assert doc["protocols"]["tcp"]["smb"] == 90 and doc["skipped"] == {"total": 0, "reasons": {}}
     assert doc["tcp"]["connections"] == 8 and doc["tcp"]["states"]["SF"] == 2
+    assert doc["decode_damage"] == {}  # nothing kept damaged (see test_rocev2_decoder, test_mac_control)
 
 
 def test_info_table_on_a_damaged_file_reports_the_damage(tmp_path, capsys):

@@ -143,6 +143,12 @@ def test_truncated_frames_are_counted_with_what_was_captured(hand_built):
     assert (no_opcode["opcode"], no_opcode["kind"], no_opcode["src_mac"]) == (None, "other", "02:00:5e:10:00:0a")
 
 
+def test_info_reports_the_truncated_frames(hand_built):
+    from analyzer.summary import summarize
+
+    assert summarize(hand_built)["decode_damage"] == {"pause_frames": {"truncated": 3}}
+
+
 def test_no_mac_control_gives_an_empty_frame(read_capture):
     ip = bytes.fromhex("450000140001000040060000") + bytes([10, 0, 0, 1, 10, 0, 0, 2])
     cap = read_capture(pcap_file([(T0, 0, MACC_DST + PORT + b"\x08\x00" + ip)]))

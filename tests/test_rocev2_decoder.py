@@ -221,6 +221,27 @@ def test_bth_cut_by_snaplen(read_capture):
     assert (r["status"], r["opcode"], r["dest_qp"], r["sport"]) == ("truncated", None, None, 0xC123)
 
 
+def test_info_counts_the_damaged_packets_it_kept(read_capture):
+    """Damage is a counted, reported skip: ``info`` (summary.decode_damage) names the rows kept with a
+    status other than ok, per frame and status; a capture without RoCEv2 decodes none of it."""
+    import io
+
+    from analyzer.render import console, print_summary
+    from analyzer.summary import summarize
+
+    lying = frame(bth(0x0C) + reth(1, 2, 3) + ICRC, udp_len=8 + 12 + 8)
+    good = frame(bth(0x04) + b"abcd" + ICRC)
+    recs = [(1_700_000_000, 0, lying, len(lying)), (1_700_000_000, 1000, good, len(good)),
+            (1_700_000_000, 2000, good[:50], len(good))]  # the snapshot length cut the last BTH
+    s = summarize(read_capture(pcap_file(recs, nanosecond=True)))
+    assert s["decode_damage"] == {"rocev2_packets": {"truncated": 1, "bad_length": 1}}
+    text = io.StringIO()
+    print_summary(s, console(text))
+    assert "rocev2_packets: truncated 1, bad length 1 (kept as rows" in " ".join(text.getvalue().split())
+    dns = ethernet(ipv4(udp(b"\0" * 12, sport=5353, dport=53), proto=17))
+    assert summarize(read_capture(pcap_file([(1_700_000_000, 0, dns, len(dns))])))["decode_damage"] == {}
+
+
 def test_bad_lengths(read_capture):
     # the UDP length says 8 bytes of RETH where 16 are needed (the bytes are there: the length lies)
     lying = frame(bth(0x0C) + reth(1, 2, 3) + ICRC, udp_len=8 + 12 + 8)
