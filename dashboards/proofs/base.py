@@ -30,7 +30,7 @@ from ..charts.generic import evidence_timeline
 from ..frames import all_transactions, common_transactions, packet_rows, time_origin, transactions_frame_of
 
 PACKAGE = __name__.rpartition(".")[0]
-SHARED_MODULES = frozenset({"base"})  # modules of the package that are not a detector's proof
+SHARED_MODULES = frozenset({"base", "ladder"})  # modules of the package that are not a detector's proof
 
 ProofFunction = Callable[["Proof"], list[tuple[object, str]]]
 _REGISTRY: dict[str, ProofFunction] = {}

@@ -8,9 +8,9 @@ import polars as pl
 import detectors.gbn_retransmission as detector
 from detectors import rocev2_common as rc
 
-from ..charts.base import empty
-from ..charts.psn_ladder import finding_flows, ladder_points, ladder_view, psn_ladder
-from .base import Proof, detector_params, proof_chart
+from ..charts.psn_ladder import finding_flows, ladder_points, ladder_view
+from .base import Proof, proof_chart
+from .ladder import ladder_proof
 
 
 def gbn_points(packets: pl.DataFrame, finding: dict, window: tuple[int, int], extent: tuple[int, int],
@@ -33,16 +33,8 @@ def gbn_points(packets: pl.DataFrame, finding: dict, window: tuple[int, int], ex
 
 @proof_chart(detector.NAME)
 def gbn_retransmission_proof(p: Proof) -> list[tuple[object, str]]:
-    if not p.has("rocev2_packets"):
-        return [(empty("This capture has no RoCEv2 packets (rocev2_packets)."), "")]
-    cut = gbn_points(p.cap.frame("rocev2_packets"), p.finding, p.window, (p.t0, p.t1), p.view,
-                     detector_params(p.finding, detector))
-    if cut["flows"].height == 0:
-        return [(empty("The finding's evidence frames are not RoCEv2 requests or responses of this capture."), "")]
     trigger = "an ACK timeout" if p.finding.get("kind") == "timeout" else "NAKs"
-    chart = psn_ladder(cut["points"], t0_ns=p.t0, window_ns=p.window, view_ns=cut["view"],
-                       title=f"PSN ladder of {p.finding.get('resource') or 'the queue pair'}: go-back-N after {trigger}",
-                       focus=cut["flows"]["label"].to_list(), notes=[cut["note"]])
-    return [(chart, "Each request's PSN over time (relative to the QP's first), resends of the go-back-N "
-                    "episodes in orange, the responder's ACKs, NAKs and RNR NAKs below them in PSN order; "
-                    "the finding's window shaded (scroll to zoom, drag to pan).")]
+    return ladder_proof(p, detector, gbn_points, f"go-back-N after {trigger}",
+                        "Each request's PSN over time (relative to the QP's first), resends of the go-back-N "
+                        "episodes in orange, the responder's ACKs, NAKs and RNR NAKs below them in PSN order; "
+                        "the finding's window shaded (scroll to zoom, drag to pan).")

@@ -8,9 +8,9 @@ import polars as pl
 import detectors.rnr_retry as detector
 from detectors import rocev2_common as rc
 
-from ..charts.base import empty
-from ..charts.psn_ladder import finding_flows, ladder_points, ladder_view, psn_ladder
-from .base import Proof, detector_params, proof_chart
+from ..charts.psn_ladder import finding_flows, ladder_points, ladder_view
+from .base import Proof, proof_chart
+from .ladder import ladder_proof
 
 
 def rnr_points(packets: pl.DataFrame, finding: dict, window: tuple[int, int], extent: tuple[int, int],
@@ -36,15 +36,7 @@ def rnr_points(packets: pl.DataFrame, finding: dict, window: tuple[int, int], ex
 
 @proof_chart(detector.NAME)
 def rnr_retry_proof(p: Proof) -> list[tuple[object, str]]:
-    if not p.has("rocev2_packets"):
-        return [(empty("This capture has no RoCEv2 packets (rocev2_packets)."), "")]
-    cut = rnr_points(p.cap.frame("rocev2_packets"), p.finding, p.window, (p.t0, p.t1), p.view,
-                     detector_params(p.finding, detector))
-    if cut["flows"].height == 0:
-        return [(empty("The finding's evidence frames are not RoCEv2 requests or responses of this capture."), "")]
-    chart = psn_ladder(cut["points"], t0_ns=p.t0, window_ns=p.window, view_ns=cut["view"],
-                       title=f"PSN ladder of {p.finding.get('resource') or 'the queue pair'}: RNR NAK loop",
-                       focus=cut["flows"]["label"].to_list(), notes=[cut["note"]])
-    return [(chart, "Each request's PSN over time (relative to the QP's first); RNR NAKs as purple triangles, the "
-                    "requests sent again after each RNR wait in violet; the flat steps are the timer's delay. The "
-                    "finding's window shaded (scroll to zoom, drag to pan).")]
+    return ladder_proof(p, detector, rnr_points, "RNR NAK loop",
+                        "Each request's PSN over time (relative to the QP's first); RNR NAKs as purple triangles, "
+                        "the requests sent again after each RNR wait in violet; the flat steps are the timer's "
+                        "delay. The finding's window shaded (scroll to zoom, drag to pan).")
