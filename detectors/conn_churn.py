@@ -97,6 +97,7 @@ import polars as pl
 
 from analyzer.decoders import registry
 
+from . import tcp_turns
 from .base import (empty_findings, endpoint, endpoint_expr, findings, fmt_ns, optional_frame, protocol_declaration,
                    resolution_ns, transaction_frames)
 from .params import LOWER, UPPER, param
@@ -229,11 +230,8 @@ def _requests_per_conn(capture, conns: pl.DataFrame) -> pl.DataFrame:
     rest = ids.join(done, on="conn", how="anti")
     seg = optional_frame(capture, "tcp_segments", nonempty=True)
     if rest.height and seg is not None:
-        s = seg.select("conn", "frame", "ts_ns", "from_client", "seglen").join(rest, on="conn", how="semi") \
-            .filter(pl.col("seglen") > 0).sort("conn", "frame")
-        same = pl.col("conn") == pl.col("conn").shift(1)
-        turn = pl.col("from_client") & (~same | ~pl.col("from_client").shift(1)).fill_null(True)
-        per = s.with_columns(turn.alias("turn")).group_by("conn").agg(
+        s = tcp_turns.payload_segments(seg, rest)  # TCP request turns: detectors/tcp_turns.py
+        per = s.with_columns(tcp_turns.turn_start()).group_by("conn").agg(
             pl.col("turn").sum().cast(pl.Float64).alias("requests"),
             pl.col("ts_ns").filter(pl.col("from_client")).min().alias("work_start"),
             pl.col("ts_ns").filter(~pl.col("from_client")).max().alias("work_end"),

@@ -37,7 +37,9 @@ One cause explained by another detector's finding (``EXPLAINS``)
     tcp_stall's ``rto`` / ``synack_retransmission`` findings at that service that began within its
     window (the SYN timeouts the clients waited out): those become the ``syn_backlog`` finding's
     members, before any population is formed, so one cause is one top-level finding, never below
-    its worst member, whose explanation says what it cost.
+    its worst member, whose explanation says what it cost. ``"client"`` (the findings' ``client``
+    column) is the form for a cause at one client across its servers: incast's finding explains
+    tcp_stall's ``rto`` findings of that client address.
 
 What a population finding says
     ``members`` (how many findings) and ``member_ids`` (their ids, worst first); each member keeps
@@ -74,6 +76,7 @@ REQUIRES = ("connections",)
 SERVICE_FROM = {
     "resource": pl.col("resource"),
     "resource_head": pl.col("resource").str.split("-").list.first(),
+    "client": pl.col("client"),  # the finding's client (incast: a client address, as tcp_stall's client column)
 }
 MEMBER_UNITS = ("client", "connection")
 RESOURCE_SERVICES = 5  # services named in a fleet population's resource (then "+N more")

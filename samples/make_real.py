@@ -38,6 +38,7 @@ SCENARIOS: dict[str, tuple[str, str, list[str], list[str], bool]] = {
                          [], True),
     "ldap-conn-churn": ("scen_ldap", "build_churn", ["slapd", "ldap-utils"], ["ldap3"], True),
     "ldap-toctou": ("scen_ldap", "build_toctou", ["slapd", "ldap-utils"], ["ldap3"], True),
+    "ldap-repl-conflict": ("scen_ldap_repl", "build_conflict", ["slapd", "ldap-utils"], ["ldap3"], True),
     "smb2-oplock-lease-break": ("scen_smb", "build_breaks", ["samba", "smbclient"],
                                 ["smbprotocol"], True),
     "smb2-break-queue": ("scen_smb", "build_queue", ["samba", "smbclient"], ["smbprotocol"], True),
@@ -45,6 +46,12 @@ SCENARIOS: dict[str, tuple[str, str, list[str], list[str], bool]] = {
     "tcp-slow-start-after-idle": ("scen_tcp", "build_idle", [], [], True),
     "tcp-rto-blackout": ("scen_tcp", "build_blackout", [], [], True),
     "tcp-nagle-delayed-ack": ("scen_tcp", "build_nagle", [], [], True),
+    "krb5-http-replay": ("scen_http", "build_replay", ["apache2", "libapache2-mod-auth-gssapi", "krb5-kdc",
+                         "krb5-admin-server", "krb5-user", "curl"], [], True),
+    "tcp-incast": ("scen_incast", "build_incast", ["iproute2", "tcpdump"], [], True),
+    "krb5-replay-ldap-gssapi": ("scen_replay", "build_replay", ["krb5-kdc", "krb5-admin-server", "krb5-user",
+                                "slapd", "ldap-utils", "libsasl2-modules-gssapi-mit", "tshark"], ["ldap3"], True),
+    "ldap-saturation": ("scen_saturation", "build_ramp", ["slapd", "ldap-utils"], ["ldap3"], True),
 }
 
 HEADER = '''# herdscope real-server sample captures: how each was made, what happened, ground truth.

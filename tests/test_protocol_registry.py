@@ -26,7 +26,7 @@ ROOT = os.path.join(os.path.dirname(__file__), "..")
 
 def test_registry_lists_the_decoder_modules_once():
     names = [p.name for p in registry.protocols()]
-    assert names == list(registry.PROTOCOL_MODULES) == ["dns", "kerberos", "ldap", "smb2", "rocev2"]
+    assert names == list(registry.PROTOCOL_MODULES) == ["dns", "kerberos", "ldap", "smb2", "rocev2", "http"]
     for p in registry.protocols():
         module = importlib.import_module(f"analyzer.decoders.{p.name}")
         assert module.PROTOCOL is p

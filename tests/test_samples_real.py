@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+import detectors
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
 sys.path.insert(0, str(SAMPLES))
@@ -29,7 +31,7 @@ from realkit import facts  # noqa: E402  (standard library + the tshark binary)
 MANIFEST = tomllib.loads((SAMPLES / "MANIFEST.toml").read_text())
 CAPTURES = MANIFEST["capture"]
 BY_FILE = {c["file"]: c for c in CAPTURES}
-DETECTORS = {"herd", "retry_storm", "smb_break_queue", "tcp_stall", "toctou", "conn_churn"}
+DETECTORS = set(detectors.discover())  # a manifest names only detectors that exist
 SEVERITIES = ["informational", "low", "medium", "high", "critical"]
 CAPTURE_KEYS = {"file": str, "scenario": str, "healthy": bool, "twin": str, "made_with": str,
                 "what_happened": str, "silent": list, "expect": list, "measured": dict,

@@ -4,6 +4,12 @@ Messages: AS-REQ/TGS-REQ ([APPLICATION 10]/[12], KDC-REQ §5.4.1), AS-REP/TGS-RE
 §5.4.2), KRB-ERROR ([30], §5.9.1) and AP-REQ ([14], §5.5.1) both alone and inside the PA-TGS-REQ
 padata of a TGS-REQ; AP-REP, KRB-SAFE, KRB-PRIV and KRB-CRED are recognised (pvno, msg-type).
 Encrypted parts stay opaque: only their etype and kvno are read (EncryptedData §5.2.9).
+``request_digest`` hashes each message's bytes (FNV-1a 64), so identical messages (a replayed
+TGS-REQ, the KDC's lookaside answer to it) are equal keys.
+
+The ``kerberos_ap`` frame (:mod:`.kerberos_ap`) is declared here too: the AP-REQ / AP-REP /
+KRB-ERROR messages inside TGS-REQs, SMB2 SESSION_SETUP security buffers, LDAP SASL binds and HTTP
+Negotiate tokens (GSS-API / SPNEGO framing in :mod:`.gssapi`), with MIT's replay-cache tag.
 
 Transport: UDP port 88, one message per datagram (IP-fragmented datagrams reassembled by
 ``analyzer.messages``); TCP port 88 with the 4-byte record mark of §7.2.2, which
@@ -52,7 +58,7 @@ from .kerberos_layout import (  # noqa: F401  (the field layout; the kernels loa
 PROTOCOL = Protocol(
     name="kerberos", title="Kerberos", spec="RFC 4120", udp_ports=(88,), tcp_ports=(88,),
     tcp_framing="record_mark",  # RFC 4120 §7.2.2: a 4-octet record mark
-    frames=("kerberos_messages", "kerberos_transactions"), transactions="kerberos_transactions",
+    frames=("kerberos_messages", "kerberos_transactions", "kerberos_ap"), transactions="kerberos_transactions",
     requests_noun="Kerberos requests", services={88: "kerberos", 464: "kpasswd", 749: "kerberos-adm"},
     plural_operations=("AS-REQ", "TGS-REQ"),
 )
@@ -151,6 +157,9 @@ MESSAGE_COLUMNS: tuple[Column, ...] = KEPT_COLUMNS + (
     column("decode_error", object, "null when the message decoded; else why not (truncated, bad length, "
          "unexpected tag, missing field, indefinite length, not this protocol ...). Fields read before "
          "the problem are kept", polars=pl.String),
+    column("request_digest", np.uint64, "FNV-1a 64-bit hash of the whole message's captured bytes (every "
+         "message, not only requests): byte-identical messages share it, e.g. a replayed TGS-REQ that a "
+         "KDC answers from its lookaside cache"),
 )
 
 TRANSACTION_COLUMNS: tuple[Column, ...] = TRANSACTION_COMMON + (
@@ -178,6 +187,8 @@ TRANSACTION_COLUMNS: tuple[Column, ...] = TRANSACTION_COMMON + (
     column("retransmission", np.bool_, "an earlier request on the same flow had the same nonce (UDP retry)"),
 )
 
+I_DIGEST = N_INTS  # the row after the kernel's fields (see _kernel)
+
 FRAMES.setdefault("kerberos_messages", MESSAGE_COLUMNS)  # descriptions for ``herdscope export``
 FRAMES.setdefault("kerberos_transactions", TRANSACTION_COLUMNS)
 
@@ -195,7 +206,7 @@ class Params:
 
 def _kernel(ms: MessageSet):
     """Run the kernel over one set: (row -> message index, ints, spans, arena)."""
-    from .kerberos_kernels import decode_all  # lazy: its Numba kernels load only when there are Kerberos messages
+    from .kerberos_kernels import decode_all, digest_all  # lazy: Numba kernels load only when there are Kerberos messages
     n = ms.height
     offsets = ms.frame["offset"].to_numpy().astype(np.int64)
     lengths = ms.frame["length"].to_numpy().astype(np.int64)
@@ -210,6 +221,8 @@ def _kernel(ms: MessageSet):
         if used >= 0:
             break
         size *= 2
+    # one more row after the kernel's fields: request_digest (uint64 bit patterns)
+    ints = np.vstack([ints, digest_all(ms.buf, offsets, lengths).view(np.int64)[None, :]])
     return np.arange(n, dtype=np.int64), ints, spans, arena[:used]
 
 
@@ -236,6 +249,7 @@ def decode_messages(sets: list[MessageSet]) -> pl.DataFrame:
         *[ber.int_column(name, ints[k], dtype) for name, (k, dtype) in _INT_COLUMNS.items()],
         *ber.string_columns(STR_NAMES, arena, spans),
         ber.status_column("decode_error", ints[I_STATUS]),
+        pl.Series("request_digest", np.ascontiguousarray(ints[I_DIGEST]).view(np.uint64)),
     ])
     decoded = decoded.with_columns(
         pl.col("error_code").cast(pl.Int64).replace_strict(ERROR_CODES, default=None, return_dtype=pl.String)
@@ -425,3 +439,8 @@ def outcome_rules() -> tuple[str, str]:
 @frame_builder("kerberos_transactions")
 def _build_transactions(cap) -> pl.DataFrame:
     return pair_transactions(cap.frame("kerberos_messages"))
+
+
+# kerberos_ap (AP-REQ / AP-REP / KRB-ERROR inside TGS-REQs, SMB2, LDAP and HTTP tokens): its module
+# registers that frame's builder; imported last, as it reads this module's code tables
+from . import kerberos_ap  # noqa: E402,F401

@@ -1,6 +1,8 @@
 """Kerberos kernels: the structures several messages share (RFC 4120 §5.2 - §5.5): EXPLICIT fields,
 PrincipalName, EncryptedData, Ticket, AP-REQ (a message of its own, and inside PA-TGS-REQ) and
-METHOD-DATA (PA-DATA sequences). Each reads into the field vector ``f`` (``I_*``) and string slots
+METHOD-DATA (PA-DATA sequences). A top-level AP-REQ also gives its ap-options and where its
+authenticator's cipher lies (``I_AP_OPTIONS``, ``I_AUTH_CIPHER_*``: the replay-cache tag of
+:mod:`.kerberos_ap`). Each reads into the field vector ``f`` (``I_*``) and string slots
 ``sp`` (``S_*``) of :mod:`.kerberos_layout` and returns the new arena position with a status."""
 from __future__ import annotations
 
@@ -9,9 +11,9 @@ import numpy as np
 from . import ber
 from . import kerberos_layout as L
 from .ber import (ARENA_FULL, MISSING, NULL, OK, TEXT, UNEXPECTED, helper, put_byte, put_int, put_slot, put_utf8,
-                  read_int, read_tlv_partial)
-from .kerberos_layout import (ANY_STRING, APP_AP_REQ, APP_TICKET, C0, C1, C2, C3, C4, COMMA, I_ENC_ETYPE,
-                              I_ENC_KVNO, I_MSG_TYPE, I_PREAUTH, I_PREAUTH_ETYPE, I_PVNO, I_STATUS, I_TICKET_ETYPE,
+                  read_bits32, read_int, read_tlv_partial)
+from .kerberos_layout import (ANY_STRING, APP_AP_REQ, APP_TICKET, BITS, C0, C1, C2, C3, C4, COMMA, I_AP_OPTIONS,
+                              I_AUTH_CIPHER_END, I_AUTH_CIPHER_START, I_ENC_ETYPE, I_ENC_KVNO, I_MSG_TYPE, I_PREAUTH, I_PREAUTH_ETYPE, I_PVNO, I_STATUS, I_TICKET_ETYPE,
                               I_TICKET_KVNO, INT, NO, OCTETS, S_PADATA, S_TGS_REALM, S_TGS_SNAME, SEQ, SLASH)
 
 
@@ -96,29 +98,47 @@ def principal(buf, a, b, mend, arena, apos, sp, k):
 
 
 @helper
-def encrypted_data(buf, s, e, mend):
-    """EncryptedData SEQUENCE content ``[s, e)`` (§5.2.9) → (etype, kvno or NULL, status)."""
+def encrypted_cipher(buf, s, e, mend):
+    """EncryptedData SEQUENCE content ``[s, e)`` (§5.2.9) → (etype, kvno or NULL, cipher start, cipher
+    end, status); the cipher bounds are -1 when absent or not wholly captured (a truncated OCTET STRING
+    is no status here: the caller's message already records its truncation)."""
     etype = NULL
     kvno = NULL
+    c_s = np.int64(-1)
+    c_e = np.int64(-1)
     p = s
     while p < e:
         t, fs, fe, st = read_tlv_partial(buf, p, e, mend)
         if st != OK:
-            return etype, kvno, st
+            return etype, kvno, c_s, c_e, st
         p = fe
         if t == C0:
             v, st = explicit_int(buf, fs, fe, mend)
             if st != OK:
-                return etype, kvno, st
+                return etype, kvno, c_s, c_e, st
             etype = v
         elif t == C1:
             v, st = explicit_int(buf, fs, fe, mend)
             if st != OK:
-                return etype, kvno, st
+                return etype, kvno, c_s, c_e, st
             kvno = v
+        elif t == C2:
+            cs, ce, st = explicit(buf, fs, fe, mend, OCTETS)
+            if st == OK:
+                c_s = cs
+                c_e = ce
+            elif st != ber.TRUNCATED:
+                return etype, kvno, c_s, c_e, st
     if etype == NULL:
-        return etype, kvno, MISSING
-    return etype, kvno, OK
+        return etype, kvno, c_s, c_e, MISSING
+    return etype, kvno, c_s, c_e, OK
+
+
+@helper
+def encrypted_data(buf, s, e, mend):
+    """EncryptedData SEQUENCE content ``[s, e)`` (§5.2.9) → (etype, kvno or NULL, status)."""
+    etype, kvno, c_s, c_e, st = encrypted_cipher(buf, s, e, mend)
+    return etype, kvno, st
 
 
 @helper
@@ -199,16 +219,29 @@ def ap_req(buf, a, b, mend, f, arena, apos, sp, k_realm, k_sname, top):
             if st != OK:
                 return apos, st
             f[I_MSG_TYPE] = v
+        elif t == C2 and top:
+            cs, ce, st = explicit(buf, fs, fe, mend, BITS)
+            if st != OK:
+                return apos, st
+            v, st = read_bits32(buf, cs, ce)
+            if st != OK:
+                return apos, st
+            f[I_AP_OPTIONS] = v
         elif t == C3:
             apos, st = ticket(buf, fs, fe, mend, f, arena, apos, sp, k_realm, k_sname)
             if st != OK:
                 return apos, st
         elif t == C4 and top:
-            etype, kvno, st = explicit_encrypted(buf, fs, fe, mend)
+            cs, ce, st = explicit(buf, fs, fe, mend, SEQ)
+            if st != OK:
+                return apos, st
+            etype, kvno, c_s, c_e, st = encrypted_cipher(buf, cs, ce, mend)
             if st != OK:
                 return apos, st
             f[I_ENC_ETYPE] = etype
             f[I_ENC_KVNO] = kvno
+            f[I_AUTH_CIPHER_START] = c_s
+            f[I_AUTH_CIPHER_END] = c_e
     return apos, OK
 
 

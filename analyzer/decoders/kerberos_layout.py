@@ -37,8 +37,9 @@ NS_PER_USEC = 1000
 
 # --- kernel field layout ---------------------------------------------------------------------------
 (I_APP, I_MSG_TYPE, I_PVNO, I_NONCE, I_PREAUTH, I_PREAUTH_ETYPE, I_KDC_OPTIONS, I_TILL, I_TICKET_ETYPE,
- I_TICKET_KVNO, I_ENC_ETYPE, I_ENC_KVNO, I_ERROR_CODE, I_STIME, I_CTIME, I_STATUS) = (np.int64(k) for k in range(16))
-N_INTS = 16
+ I_TICKET_KVNO, I_ENC_ETYPE, I_ENC_KVNO, I_ERROR_CODE, I_STIME, I_CTIME, I_STATUS, I_AP_OPTIONS, I_AUTH_CIPHER_START,
+ I_AUTH_CIPHER_END) = (np.int64(k) for k in range(19))
+N_INTS = 19  # the last three: a top-level AP-REQ's ap-options and authenticator cipher bytes (kerberos_ap)
 (S_REALM, S_CREALM, S_CNAME, S_SNAME, S_ETYPES, S_PADATA, S_TGS_REALM, S_TGS_SNAME, S_ETEXT) = (
     np.int64(k) for k in range(9))
 N_STRS = 9

@@ -38,6 +38,11 @@ abandonRequest (or by the Cancel extended operation, RFC 3909) is ``abandoned``.
 response timeout: persistent and paged searches legitimately run for minutes or hours.
 ``is_error``: resultCode other than success (0), compareFalse (5), compareTrue (6), referral (10)
 and saslBindInProgress (14), which report outcomes rather than failures (RFC 4511 §4.1.9, A.1).
+
+Replication: the ``ldap_sync`` frame (:mod:`analyzer.decoders.ldap_sync`) keeps what content
+synchronisation needs from the same LDAPMessages (RFC 4533 controls and Sync Info, entryCSN /
+entryUUID, attribute value digests of entries and writes, Active Directory CNF DNs); :func:`units`
+(pass 1) is shared by both frames.
 """
 from __future__ import annotations
 
@@ -62,7 +67,7 @@ from .ldap_layout import (  # noqa: F401  (the field layout; the kernels load wi
 PROTOCOL = Protocol(
     name="ldap", title="LDAP", spec="RFC 4511", udp_ports=(389,), tcp_ports=(389, 3268),
     tcp_framing="ber",  # RFC 4511 §5.1: one BER LDAPMessage after another
-    frames=("ldap_messages", "ldap_transactions"), transactions="ldap_transactions",
+    frames=("ldap_messages", "ldap_transactions", "ldap_sync"), transactions="ldap_transactions",
     setup_operations=("bindRequest", "unbindRequest", "abandonRequest"), setup_words="bind",  # RFC 4511 §4.2, §4.3, §4.11
     requests_noun="LDAP requests", work_noun="LDAP operations",
     services={389: "ldap", 636: "ldaps", 3268: "ldap-gc", 3269: "ldaps-gc"},
@@ -208,8 +213,12 @@ class Params:
 
 # --- Python side ------------------------------------------------------------------------------------
 
-def _kernel(ms: MessageSet):
-    from .ldap_kernels import count_units, decode_all, fill_units  # lazy: Numba kernels, only with LDAP messages
+def units(ms: MessageSet):
+    """Pass 1 over a message set: where its LDAPMessages are (plain, several in a CLDAP datagram, inside
+    an integrity-only SASL buffer). Returns (u_start, u_end, u_kind, u_msg, u_index): per unit its byte
+    range in ``ms.buf``, its kind (``ldap_layout.K_*``), the framed message it came from and its index
+    among that message's units. Shared by ``ldap_messages`` and ``ldap_sync``."""
+    from .ldap_kernels import count_units, fill_units  # lazy: Numba kernels, only with LDAP messages
 
     offsets = ms.frame["offset"].to_numpy().astype(np.int64)
     lengths = ms.frame["length"].to_numpy().astype(np.int64)
@@ -228,6 +237,14 @@ def _kernel(ms: MessageSet):
     u_msg = np.empty(total, np.int64)
     fill_units(ms.buf, offsets, lengths, first, u_start, u_end, u_kind, u_msg)
     u_index = np.arange(total, dtype=np.int64) - first[u_msg] if total else np.zeros(0, np.int64)
+    return u_start, u_end, u_kind, u_msg, u_index
+
+
+def _kernel(ms: MessageSet):
+    from .ldap_kernels import decode_all  # lazy: Numba kernels, only with LDAP messages
+
+    u_start, u_end, u_kind, u_msg, u_index = units(ms)
+    total = u_start.shape[0]
     ints = np.empty((N_INTS, total), np.int64)
     spans = np.empty((2 * N_STRS, total), np.int64)
     size = int((u_end - u_start).sum()) * 2 + 64 * total + 1024
@@ -374,3 +391,6 @@ def outcome_rules() -> tuple[str, str]:
 @frame_builder("ldap_transactions")
 def _build_transactions(cap) -> pl.DataFrame:
     return pair_transactions(cap.frame("ldap_messages"))
+
+
+from . import ldap_sync  # noqa: E402,F401  (registers the ldap_sync frame: RFC 4533 replication)

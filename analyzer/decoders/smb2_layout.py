@@ -61,8 +61,12 @@ NEG_RESP_SIZE = 64
 # --- SESSION_SETUP (2.2.5 request, 2.2.6 response) ------------------------------------------------------
 SS_REQ_FLAGS = 2  # 1 byte
 SS_REQ_CAPABILITIES = 4
+SS_REQ_SECURITY_OFFSET = 12  # SecurityBufferOffset (2 bytes, from the SMB2 header's first byte)
+SS_REQ_SECURITY_LENGTH = 14  # SecurityBufferLength (2 bytes); the buffer: a GSS-API token (kerberos_ap)
 SS_REQ_SIZE = 24
 SS_RESP_SESSION_FLAGS = 2
+SS_RESP_SECURITY_OFFSET = 4  # SecurityBufferOffset / Length (2 bytes each), as in the request
+SS_RESP_SECURITY_LENGTH = 6
 SS_RESP_SIZE = 8
 
 # --- TREE_CONNECT (2.2.9 request, 2.2.10 response) ------------------------------------------------------

@@ -22,6 +22,9 @@ Framings (the ``framing`` argument):
   RPC call or reply plausibly starts (RFC 5531 §9: msg_type CALL with rpcvers 2, or REPLY): right
   after it, or else it resynchronises at the next segment that starts like one. Kerberos's
   ``"record_mark"`` (one fragment, the high bit reserved) is a framing of its own.
+- ``"http"``: HTTP/1.x (RFC 9112): a message is its start line, header fields, the empty line and
+  the body (§6.3: chunked, Content-Length, none for 1xx/204/304 and for requests without either, to
+  the end of the stream for other responses); see :func:`_http_message` for the bounds.
 
 Messages split over many segments and many messages in one segment both work. Only the first
 ``max_copy`` bytes of a message are copied into the message buffer (``length``); ``wire_length`` keeps
@@ -39,14 +42,16 @@ from numba import njit
 from ..message_set import TRANSPORTS, MessageSet
 from .reassembly import build_pieces
 
-FRAMINGS = {"nbss": 0, "record_mark": 1, "length16": 2, "ber": 3, "rpc_record_mark": 4}
+FRAMINGS = {"nbss": 0, "record_mark": 1, "length16": 2, "ber": 3, "rpc_record_mark": 4, "http": 5}
 RPC_RECORD_MARK = FRAMINGS["rpc_record_mark"]
+HTTP = FRAMINGS["http"]
 # Bytes copied per message. SMB2: headers, create contexts and compound elements fit in 8 KiB; the
 # data of READ/WRITE does not need copying (a compound element past 8 KiB is decoded as truncated).
 # ONC-RPC: the call/reply header (credentials and verifier at most 400 bytes each, RFC 5531 §8.2) and
 # the procedure's arguments fit in 64 KiB; NFS READ/WRITE data past it is not copied.
+# HTTP: the header block (Apache's default limits: 100 fields of at most 8190 bytes) and a body's start.
 DEFAULT_MAX_COPY = {"nbss": 8192, "record_mark": 1 << 20, "length16": 65537, "ber": 1 << 20,
-                    "rpc_record_mark": 64 << 10}
+                    "rpc_record_mark": 64 << 10, "http": 64 << 10}
 MAX_RECORD = 16 << 20  # largest Kerberos record / SASL buffer / BER message taken as plausible
 # ONC-RPC record marking (RFC 5531 §11)
 RPC_LAST_FRAGMENT = 0x80000000  # the mark's high bit: this fragment ends the record
@@ -172,6 +177,8 @@ def _looks_like_start(kind, buf, p_start, p_avail, p_off, lo, hi, pos):
             return (v & RPC_FRAGMENT_LENGTH) >= 12 and _read(buf, p_start, p_avail, p_off, lo, hi, pos + 12,
                                                               4) == RPC_VERSION
         return mtype == RPC_REPLY
+    if kind == HTTP:
+        return _http_start(buf, p_start, p_avail, p_off, lo, hi, pos) != 0
     hdr, body, _, _ = _header(3, buf, p_start, p_avail, p_off, lo, hi, pos)
     if hdr < 0:
         return False
@@ -293,6 +300,9 @@ def frame_messages(kind, buf, p_start, p_avail, p_off, p_frame, p_ts, dir_lo, di
                         full = FULL_BUFFER
                         break
                     mstart, emit = pos, True
+                elif kind == HTTP:
+                    total = _http_message(buf, p_start, p_avail, p_off, lo, hi, pos, end)
+                    mstart, mlen, emit = pos, total, total >= 0
                 else:
                     hdr, body, moff, emit = _header(kind, buf, p_start, p_avail, p_off, lo, hi, pos)
                     if hdr >= 0:
@@ -348,6 +358,11 @@ def frame_messages(kind, buf, p_start, p_avail, p_off, p_frame, p_ts, dir_lo, di
             break
     return (m_dir[:nm], m_stream[:nm], m_off[:nm], m_len[:nm], m_wire[:nm], m_ff[:nm], m_fl[:nm], m_tf[:nm],
             m_tl[:nm], m_all[:nm], resyncs, skipped, gave_up, used, full)
+
+
+# The HTTP framing's kernels live in their own module; they read the stream with the helpers above,
+# so they are imported once those exist (frame_messages resolves them when it is compiled).
+from .framing_http import _http_message, _http_start  # noqa: E402
 
 
 def _flipped(ports) -> pl.Expr:

@@ -18,7 +18,8 @@ from pathlib import Path
 
 PREFIX = "hsreal-"
 # the detectors a manifest entry names (silent, below_high)
-ALL_DETECTORS = ["herd", "retry_storm", "smb_break_queue", "tcp_stall", "toctou", "conn_churn"]
+ALL_DETECTORS = ["herd", "retry_storm", "smb_break_queue", "tcp_stall", "toctou", "conn_churn", "replay", "saturation",
+                 "incast", "replication_conflict"]
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
 
