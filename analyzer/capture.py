@@ -58,6 +58,7 @@ class Capture:
         }
         self._memo: dict[str, object] = {}  # intermediate tables shared by builders (not frames)
         self._released = False  # release() narrowed packets: nothing more can be built
+        self._freed: set[str] = set()  # frames built, then freed by release() / drop()
         self.reports: list[tuple[str, ReadReport]] = [(self.path, tables.report)]
         self.files: list[str] = [self.path]
         # what a reader of the results should know about how the files were joined (open_captures)
@@ -140,6 +141,7 @@ class Capture:
             raise RuntimeError(f"release before these frames were built: {', '.join(missing)}")
         for name in set(self._frames) - keep:
             del self._frames[name]
+            self._freed.add(name)
         self._memo.clear()
         narrow = self._frames["packets"].select(list(packet_columns))
         self._frames["packets"] = narrow
@@ -149,8 +151,8 @@ class Capture:
     def drop(self, names) -> None:
         """Forget these frames (a scan, after the last detector that reads them)."""
         for name in names:
-            if name not in _READER_FRAMES:
-                self._frames.pop(name, None)
+            if name not in _READER_FRAMES and self._frames.pop(name, None) is not None:
+                self._freed.add(name)
 
     def frame_names(self) -> list[str]:
         _load_builders()
@@ -158,6 +160,10 @@ class Capture:
 
     def built_frames(self) -> dict[str, pl.DataFrame]:
         return dict(self._frames)
+
+    def built_names(self) -> set[str]:
+        """Every frame this capture has held, those a scan has since freed (release, drop) included."""
+        return set(self._frames) | self._freed
 
     # -- lifetime ------------------------------------------------------------------------------
     def frames_by_file(self, frames) -> list[dict]:
