@@ -346,9 +346,16 @@ def _metric() -> tuple[pl.Expr, ...]:
             pl.when(spurious).then(pl.lit("retransmissions")).otherwise(pl.lit("ms")).alias("unit"))
 
 
-def _batch_episodes(s: pl.DataFrame, conns: pl.DataFrame, p: Params, res: float):
-    """One batch of whole connections: (its episodes by kind: rto, delayed_ack, zero_window,
-    window_full, bursts; its connections' info; its resume rows for ``capture_gaps``)."""
+def all_segments(capture) -> pl.DataFrame:
+    """Every segment of the capture as :func:`linked_segments` takes them (one batch of all connections)."""
+    seg = _indexed(capture.frame("tcp_segments"))
+    return _segments(seg, (0, int(seg["conn"].max() or 0)))
+
+
+def linked_segments(s: pl.DataFrame, conns: pl.DataFrame, p: Params, res: float) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(segments ``s`` of some connections, from :func:`_segments`, with their connection's RTT,
+    MSS and the link columns of tcp_stall_kinds.linked; those connections' info): what every episode
+    kind reads, here and in detectors/incast_rounds.py."""
     info = _connection_info(s, conns, res)
     per_conn = info.select("conn", "rtt", "saw_synack", "last_ts_ns", "client_mss", "server_mss", "last_pay_ts")
     s = s.join(per_conn, on="conn", how="left", maintain_order="left").with_columns(
@@ -357,7 +364,13 @@ def _batch_episodes(s: pl.DataFrame, conns: pl.DataFrame, p: Params, res: float)
                     pl.lit(DEFAULT_MSS)).alias("peer_mss"),
         ep.DK.alias("dk"),
         (pl.col("rtt").fill_null(0.0) * p.resume_rtts + p.resume_slack_ns + res).alias(ep.RESUME))
-    s, info = ep.linked(s, info, p, res)
+    return ep.linked(s, info, p, res)
+
+
+def _batch_episodes(s: pl.DataFrame, conns: pl.DataFrame, p: Params, res: float):
+    """One batch of whole connections: (its episodes by kind: rto, delayed_ack, zero_window,
+    window_full, bursts; its connections' info; its resume rows for ``capture_gaps``)."""
+    s, info = linked_segments(s, conns, p, res)
     zw = ep.zero_window(s, p, res)
     parts = [ep.rto(s, p, res), ep.delayed_ack(s, p, res), zw, ep.window_full(s, zw, p, res), ep.bursts(s, p, res)]
     return parts, info, ep.resume_rows(s)
