@@ -6,6 +6,7 @@ detector asks for ``cap.frame("dns_transactions")`` without knowing what it take
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 from typing import Callable
@@ -21,6 +22,8 @@ from .source import CaptureBytes
 # imported on the first request for a frame the reader does not make, so reading only packets (export
 # --frames packets) pays for neither their import nor their Numba cache loading.
 FRAME_BUILDERS: dict[str, Callable[["Capture"], pl.DataFrame]] = {}
+# the frames the reader makes (release() keeps them)
+_READER_FRAMES = ("packets", "tcp_sack", "icmp_errors", "interfaces")
 _BUILDER_MODULES = ("analyzer.tcp", "analyzer.decoders.registry", "analyzer.mac_control")
 
 
@@ -54,6 +57,8 @@ class Capture:
             "icmp_errors": tables.icmp_errors, "interfaces": tables.interfaces,
         }
         self._memo: dict[str, object] = {}  # intermediate tables shared by builders (not frames)
+        self._released = False  # release() narrowed packets: nothing more can be built
+        self._freed: set[str] = set()  # frames built, then freed by release() / drop()
         self.reports: list[tuple[str, ReadReport]] = [(self.path, tables.report)]
         self.files: list[str] = [self.path]
         # what a reader of the results should know about how the files were joined (open_captures)
@@ -92,6 +97,8 @@ class Capture:
     def frame(self, name: str) -> pl.DataFrame:
         """A named frame, built on first request."""
         if name not in self._frames:
+            if self._released:
+                raise RuntimeError(f"frame {name!r} asked for after Capture.release() freed what builds it")
             if name not in FRAME_BUILDERS:
                 _load_builders()
             builder = FRAME_BUILDERS.get(name)
@@ -114,7 +121,7 @@ class Capture:
     def restrict_packets(self, kept: pl.DataFrame) -> None:
         """Keep only these rows of ``packets`` (and their SACK blocks and ICMP errors) before anything
         is derived from them: the selection of analyzer/selection.py. Frame numbers stay the file's."""
-        derived = set(self._frames) - {"packets", "tcp_sack", "icmp_errors", "interfaces"}
+        derived = set(self._frames) - set(_READER_FRAMES)
         if derived or self._memo:
             raise RuntimeError(f"restrict_packets after frames were derived ({', '.join(sorted(derived))})")
         frames = kept.select("frame")
@@ -122,12 +129,41 @@ class Capture:
         for name in ("tcp_sack", "icmp_errors"):
             self._frames[name] = self._frames[name].join(frames, on="frame", how="semi")
 
+    def release(self, keep, packet_columns) -> None:
+        """Free what nothing will read any more, once every frame in ``keep`` is built: the other
+        derived frames, the builders' memos (payload segments, UDP messages) and every column of
+        ``packets`` but ``packet_columns`` (in the frame and in the reader's tables, which hold it
+        too). What a scan does between building its detectors' frames and running them (issue 13:
+        the packets frame alone is ~90 B per packet). Later requests for a frame not kept raise."""
+        keep = set(keep) | set(_READER_FRAMES)
+        missing = sorted(n for n in keep if n not in self._frames)
+        if missing:
+            raise RuntimeError(f"release before these frames were built: {', '.join(missing)}")
+        for name in set(self._frames) - keep:
+            del self._frames[name]
+            self._freed.add(name)
+        self._memo.clear()
+        narrow = self._frames["packets"].select(list(packet_columns))
+        self._frames["packets"] = narrow
+        self._tables = dataclasses.replace(self._tables, packets=narrow)
+        self._released = True
+
+    def drop(self, names) -> None:
+        """Forget these frames (a scan, after the last detector that reads them)."""
+        for name in names:
+            if name not in _READER_FRAMES and self._frames.pop(name, None) is not None:
+                self._freed.add(name)
+
     def frame_names(self) -> list[str]:
         _load_builders()
         return sorted(set(self._frames) | set(FRAME_BUILDERS))
 
     def built_frames(self) -> dict[str, pl.DataFrame]:
         return dict(self._frames)
+
+    def built_names(self) -> set[str]:
+        """Every frame this capture has held, those a scan has since freed (release, drop) included."""
+        return set(self._frames) | self._freed
 
     # -- lifetime ------------------------------------------------------------------------------
     def frames_by_file(self, frames) -> list[dict]:

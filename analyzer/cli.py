@@ -325,6 +325,10 @@ def dashboard(files, port, address, browse_root, max_upload_mb) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code instead of exiting when called from Python."""
     args = sys.argv[1:] if argv is None else list(argv)
+    if argv is None:  # a process of its own (not a caller's): give freed arrays back (analyzer/memory.py)
+        from .memory import return_freed_memory_promptly
+
+        return_freed_memory_promptly()
     try:
         from .progress import stages  # lazy: light, but imports rich on a terminal (not for --help)
 

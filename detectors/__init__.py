@@ -24,7 +24,8 @@ import polars as pl
 
 from analyzer.progress import stage
 
-from .base import FINDINGS_SCHEMA, SEVERITY_RANK, CaptureView, UndeclaredFrame, empty_findings  # noqa: F401
+from .base import (FINDINGS_SCHEMA, PACKET_COLUMNS, SEVERITY_RANK, CaptureView, UndeclaredFrame,  # noqa: F401
+                   empty_findings)
 from . import population
 from .params import ParameterError, check_declared, describe_params, make_params
 
@@ -175,7 +176,7 @@ def configure(only: list[str] | None = None, overrides: dict[str, object] | None
 
 
 def run(capture, only: list[str] | None = None, overrides: dict[str, object] | None = None,
-        errors: dict[str, str] | None = None) -> pl.DataFrame:
+        errors: dict[str, str] | None = None, *, release: bool = False) -> pl.DataFrame:
     """Run the selected detectors (all by default), then group their findings into populations
     (``detectors/population.py``; ``population.*`` overrides set its parameters). Returns every
     finding, population members included (``member_of`` set): :func:`top_level` is what a listing
@@ -185,9 +186,20 @@ def run(capture, only: list[str] | None = None, overrides: dict[str, object] | N
     ``errors``: when given (the dashboard), a detector that raises is recorded there (name ->
     "Type: message") and the others' findings are still returned; otherwise the exception propagates
     (the CLI reports it as the bug it is). A finding whose ``kind`` is not in its detector's
-    ``KINDS`` is such a failure (TypeError)."""
+    ``KINDS`` is such a failure (TypeError).
+
+    ``release`` (a scan, which needs nothing of the capture afterwards but its span and frame
+    numbers): build every frame the detectors read first, then free the rest (``Capture.release``:
+    the other columns of ``packets``, the builders' memos) and drop each frame after the last
+    detector that reads it. The findings are the same; the memory is not (issue 13)."""
     detectors = available()
     configured = configure(only, overrides)
+    last_reader = _last_readers(configured, detectors) if release else {}
+    if release:
+        needed = required_frames(list(configured))
+        for name in needed:
+            capture.frame(name)
+        capture.release(needed, PACKET_COLUMNS)
     frames = []
     for name, params in configured.items():
         stage(f"detector {name}")
@@ -199,6 +211,8 @@ def run(capture, only: list[str] | None = None, overrides: dict[str, object] | N
                 raise
             log.exception("detector %s", name)
             errors[name] = f"{type(exc).__name__}: {exc}"
+        if release:
+            capture.drop([f for f, last in last_reader.items() if last == name])
     frames = [f for f in frames if f.height]
     if not frames:
         return empty_findings()
@@ -206,6 +220,18 @@ def run(capture, only: list[str] | None = None, overrides: dict[str, object] | N
     found = population.apply(found, CaptureView(capture, population.NAME, population.REQUIRES), detectors,
                              configured, population_params(overrides))
     return worst_first(found)
+
+
+def _last_readers(configured: dict[str, object], detectors: dict) -> dict[str, str]:
+    """frame -> the last detector (in run order) that reads it; the frames the population step reads
+    are kept to the end (not listed)."""
+    last: dict[str, str] = {}
+    for name in configured:
+        for frame in detectors[name].REQUIRES:
+            last[frame] = name
+    for frame in population.REQUIRES:
+        last.pop(frame, None)
+    return last
 
 
 def _checked_kinds(module, found: pl.DataFrame) -> pl.DataFrame:

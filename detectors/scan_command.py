@@ -41,7 +41,7 @@ def scan(files, cfg: ScanConfig, selection, *, fmt: str, output: str | None, sep
             continue
         select(cap, selection)
         try:
-            findings = run(cap, only=cfg.detectors, overrides=cfg.overrides)
+            findings = run(cap, only=cfg.detectors, overrides=cfg.overrides, release=True)
         except ParameterError as exc:
             raise click.UsageError(str(exc)) from exc
         listed = expanded(findings) if expand else top_level(findings)  # populations' members: --expand

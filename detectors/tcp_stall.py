@@ -142,6 +142,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 
 from . import tcp_stall_kinds as ep
@@ -158,6 +159,9 @@ ORDER = 40  # where it runs and is listed (detectors/__init__.py)
 # the sender's segment size when the peer announced no MSS: Ethernet's 1500-byte MTU less 40 bytes of
 # IPv4 and TCP headers
 DEFAULT_MSS = 1460
+# Connections are analysed in batches of whole connections of about this many segments: a bound on the
+# working set, not a threshold (every connection is judged alone; the findings do not depend on it).
+BATCH_SEGMENTS = 1 << 18
 
 KINDS = ("rto", "synack_retransmission", "spurious_retransmission", "teardown", "capture_gap", "delayed_ack",
          "zero_window", "window_full", "slow_start_after_idle", "small_initial_window")
@@ -238,18 +242,37 @@ class Params:
 
 # -- inputs ------------------------------------------------------------------------------------------
 
-def _segments(capture) -> pl.DataFrame:
-    """tcp_segments in capture order (it carries ts_ns, tcp_flags and the raw window) with a row
-    index ``_i``."""
-    s = capture.frame("tcp_segments").select(
-        "frame", "conn", "from_client", "seq_rel", "seglen", "analysis", "acks_frame", "ack_rtt_ns", "rtt_ns",
-        "initial_rtt_ns", "ts_ns", "tcp_flags", "window")
-    return s.with_columns(
+def _segments(seg: pl.DataFrame, conns: tuple[int, int]) -> pl.DataFrame:
+    """The segments of connections ``conns`` (first, last id) of ``seg`` (tcp_segments with its row
+    index ``_i`` over the rows that have a time, see :func:`_indexed`), in capture order; tcp_segments
+    carries ts_ns, tcp_flags and the raw window."""
+    return seg.filter(pl.col("conn").is_between(*conns) & pl.col("ts_ns").is_not_null()).select(
+        "_i", "frame", "conn", "from_client", "seq_rel", "seglen", "analysis", "acks_frame", "ack_rtt_ns", "rtt_ns",
+        "initial_rtt_ns", "ts_ns", "tcp_flags", "window",
+    ).with_columns(
         pl.col("tcp_flags").fill_null(0).cast(pl.Int64),
         pl.col("seglen").cast(pl.Int64),
         pl.col("seq_rel").cast(pl.Int64),
         pl.col("analysis").cast(pl.Int64),
-    ).filter(pl.col("ts_ns").is_not_null()).with_row_index("_i").with_columns(pl.col("_i").cast(pl.Int64))
+    )
+
+
+def _indexed(seg: pl.DataFrame) -> pl.DataFrame:
+    """tcp_segments with ``_i``: the row's position among the rows that have a time (capture order)."""
+    return seg.with_columns((pl.col("ts_ns").is_not_null().cast(pl.Int64).cum_sum() - 1).alias("_i"))
+
+
+def _batches(seg: pl.DataFrame, max_segments: int) -> list[tuple[int, int]]:
+    """(first, last) connection ids of consecutive batches of whole connections, each of about
+    ``max_segments`` segments (one connection with more is a batch of its own)."""
+    counts = seg.group_by("conn").len().sort("conn")
+    ids, n = counts["conn"].to_numpy().astype(np.int64), counts["len"].to_numpy().astype(np.int64)
+    if ids.size == 0:
+        return []
+    batch = (np.cumsum(n) - n) // max(1, max_segments)
+    edges = np.flatnonzero(np.diff(batch)) + 1
+    starts, stops = np.r_[0, edges], np.r_[edges, ids.size] - 1
+    return [(int(ids[a]), int(ids[b])) for a, b in zip(starts, stops)]
 
 
 def _connection_info(s: pl.DataFrame, conns: pl.DataFrame, res: float) -> pl.DataFrame:
@@ -323,6 +346,36 @@ def _metric() -> tuple[pl.Expr, ...]:
             pl.when(spurious).then(pl.lit("retransmissions")).otherwise(pl.lit("ms")).alias("unit"))
 
 
+def all_segments(capture) -> pl.DataFrame:
+    """Every segment of the capture as :func:`linked_segments` takes them (one batch of all connections)."""
+    seg = _indexed(capture.frame("tcp_segments"))
+    return _segments(seg, (0, int(seg["conn"].max() or 0)))
+
+
+def linked_segments(s: pl.DataFrame, conns: pl.DataFrame, p: Params, res: float) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(segments ``s`` of some connections, from :func:`_segments`, with their connection's RTT,
+    MSS and the link columns of tcp_stall_kinds.linked; those connections' info): what every episode
+    kind reads, here and in detectors/incast_rounds.py."""
+    info = _connection_info(s, conns, res)
+    per_conn = info.select("conn", "rtt", "saw_synack", "last_ts_ns", "client_mss", "server_mss", "last_pay_ts")
+    s = s.join(per_conn, on="conn", how="left", maintain_order="left").with_columns(
+        # the sender's segment size is the peer's announced MSS
+        pl.coalesce(pl.when(pl.col("from_client")).then(pl.col("server_mss")).otherwise(pl.col("client_mss")),
+                    pl.lit(DEFAULT_MSS)).alias("peer_mss"),
+        ep.DK.alias("dk"),
+        (pl.col("rtt").fill_null(0.0) * p.resume_rtts + p.resume_slack_ns + res).alias(ep.RESUME))
+    return ep.linked(s, info, p, res)
+
+
+def _batch_episodes(s: pl.DataFrame, conns: pl.DataFrame, p: Params, res: float):
+    """One batch of whole connections: (its episodes by kind: rto, delayed_ack, zero_window,
+    window_full, bursts; its connections' info; its resume rows for ``capture_gaps``)."""
+    s, info = linked_segments(s, conns, p, res)
+    zw = ep.zero_window(s, p, res)
+    parts = [ep.rto(s, p, res), ep.delayed_ack(s, p, res), zw, ep.window_full(s, zw, p, res), ep.bursts(s, p, res)]
+    return parts, info, ep.resume_rows(s)
+
+
 def detect(capture, params: Params = Params()) -> pl.DataFrame:
     p = params
     try:
@@ -333,23 +386,27 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
     if seg.height == 0 or conns.height == 0:
         return empty_findings()
     res = resolution_ns(capture)
-    s = _segments(capture)
-    if s.height == 0:
+    seg = _indexed(seg)
+    last_seg_ts = seg["ts_ns"].max()
+    if last_seg_ts is None:
         return empty_findings()
-    info = _connection_info(s, conns, res)
-    per_conn = info.select("conn", "rtt", "saw_synack", "last_ts_ns", "client_mss", "server_mss", "last_pay_ts")
-    s = s.join(per_conn, on="conn", how="left", maintain_order="left").with_columns(
-        # the sender's segment size is the peer's announced MSS
-        pl.coalesce(pl.when(pl.col("from_client")).then(pl.col("server_mss")).otherwise(pl.col("client_mss")),
-                    pl.lit(DEFAULT_MSS)).alias("peer_mss"),
-        ep.DK.alias("dk"),
-        (pl.col("rtt").fill_null(0.0) * p.resume_rtts + p.resume_slack_ns + res).alias(ep.RESUME))
-    s, info = ep.linked(s, info, p, res)
-    zw = ep.zero_window(s, p, res)
-    parts = [ep.rto(s, p, res), ep.delayed_ack(s, p, res), zw, ep.window_full(s, zw, p, res), ep.bursts(s, p, res)]
-    parts = [x for x in parts if x.height]
+    # Everything below is per connection but the capture's silences, so the connections are taken in
+    # batches (whole connections, BATCH_SEGMENTS segments): the working set is a batch's, not the
+    # capture's (issue 13); each batch's resumes are kept for the silences.
+    kinds: list[list[pl.DataFrame]] = [[] for _ in range(5)]
+    infos, resumes = [], []
+    for batch in _batches(seg, BATCH_SEGMENTS):
+        parts, info, resume = _batch_episodes(_segments(seg, batch), conns.filter(pl.col("conn").is_between(*batch)),
+                                              p, res)
+        for k, part in enumerate(parts):
+            kinds[k].append(part)
+        infos.append(info)
+        resumes.append(resume)
+    del seg
+    parts = [x for part in kinds for x in part if x.height]
     if not parts:
         return empty_findings()
+    info = pl.concat(infos, how="diagonal_relaxed")
     eps = pl.concat(parts, how="diagonal_relaxed")
     for col, dtype in (("gaps", pl.List(pl.Float64)), ("retx", pl.UInt32), ("syn", pl.Boolean),
                        ("waited", pl.Boolean), ("dsacked", pl.UInt32), ("ans_frame", pl.UInt32),
@@ -362,7 +419,7 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
             eps = eps.with_columns(pl.lit(None, dtype).alias(col))
     eps = eps.with_columns(pl.col("gaps").cast(pl.List(pl.Float64)), pl.col("waited").fill_null(True))
     # a stall that spans a silence of the whole capture that ended cleanly is the capture's
-    eps = ep.relabel_capture_gaps(eps, ep.capture_gaps(capture, s, p))
+    eps = ep.relabel_capture_gaps(eps, ep.capture_gaps(capture, pl.concat(resumes), p))
     # overlapping episodes of one side and kind count once (union of their intervals)
     eps = eps.sort("conn", "from_client", "kind", "start_ns", "end_ns").with_columns(
         pl.col("end_ns").cum_max().shift(1).over("conn", "from_client", "kind").alias("_covered"))
@@ -388,7 +445,7 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
     )
     agg = agg.filter(~((pl.col("kind") == "delayed_ack") & (pl.col("episodes") < p.delack_min_events)))
     # "never answered" needs the capture to go on for at least a timeout after the last retransmission
-    agg = agg.with_columns((pl.col("unanswered") & (pl.col("end_ns") + pl.col("threshold_ns") <= s["ts_ns"].max()))
+    agg = agg.with_columns((pl.col("unanswered") & (pl.col("end_ns") + pl.col("threshold_ns") <= last_seg_ts))
                            .alias("unanswered"))
     agg = agg.join(info, on="conn", how="inner").with_columns(
         (pl.col("stall_ns") / pl.col("active_ns")).clip(upper_bound=1.0).alias("share"))

@@ -245,10 +245,18 @@ def rto(s: pl.DataFrame, p, res: float) -> pl.DataFrame:
                       "ans_frame", "ans_flags", "peer_fin_frame", "unanswered", "peer_last_frame")
 
 
-def capture_gaps(capture, s: pl.DataFrame, p) -> pl.DataFrame:
+def resume_rows(s: pl.DataFrame) -> pl.DataFrame:
+    """The data-bearing segments of ``s`` (after :func:`linked`) as (r_ts, r_retx): what
+    :func:`capture_gaps` needs of them."""
+    return _rows(s, pl.col("data_like"), pl.col("ts_ns").cast(pl.Int64).alias("r_ts"),
+                 ((pl.col("analysis") & an.ANY_RETRANSMISSION) != 0).alias("r_retx"))
+
+
+def capture_gaps(capture, resume: pl.DataFrame, p) -> pl.DataFrame:
     """Silences of the whole capture (no packet from anyone) of at least ``capture_gap_ns`` after which
-    traffic resumed cleanly: the first data-bearing TCP segment at or after the gap's end is not a
-    retransmission. Columns g0 (last packet before), g1 (first after), g0_frame, g1_frame."""
+    traffic resumed cleanly: the first data-bearing TCP segment at or after the gap's end
+    (``resume``: :func:`resume_rows` of every segment) is not a retransmission. Columns g0 (last
+    packet before), g1 (first after), g0_frame, g1_frame."""
     empty = pl.DataFrame(schema={"g0": pl.Int64, "g1": pl.Int64, "g0_frame": pl.Int64, "g1_frame": pl.Int64})
     try:
         pk = capture.packets.select(pl.col("ts_ns").cast(pl.Int64), pl.col("frame").cast(pl.Int64))
@@ -260,8 +268,7 @@ def capture_gaps(capture, s: pl.DataFrame, p) -> pl.DataFrame:
         .select("g0", pl.col("ts_ns").alias("g1"), "g0_frame", pl.col("frame").alias("g1_frame"))
     if gaps.height == 0:
         return empty
-    resume = _rows(s, pl.col("data_like"), pl.col("ts_ns").cast(pl.Int64).alias("r_ts"),
-                   ((pl.col("analysis") & an.ANY_RETRANSMISSION) != 0).alias("r_retx")).sort("r_ts", "r_retx")
+    resume = resume.sort("r_ts", "r_retx")
     gaps = gaps.sort("g1").join_asof(resume, left_on="g1", right_on="r_ts", strategy="forward")
     return gaps.filter(~pl.col("r_retx").fill_null(False)).select("g0", "g1", "g0_frame", "g1_frame")
 

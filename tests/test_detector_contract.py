@@ -130,7 +130,7 @@ def built(monkeypatch):
 
 def _derived(caps) -> set[str]:
     """The frames built (beyond the reader's) in these captures."""
-    return {name for cap in caps for name in cap.built_frames()} - READER_FRAMES
+    return {name for cap in caps for name in cap.built_names()} - READER_FRAMES
 
 
 # -- discovery ------------------------------------------------------------------------------------------

@@ -304,6 +304,41 @@ def stage_herdscope_scan(ctx: Ctx) -> Result:
     return Result("herdscope scan", wall, ctx.packets, rss, note=f"{how}; {n} findings ({dets})")
 
 
+@stage("scan, 1 packet")
+def stage_herdscope_scan_one(ctx: Ctx) -> Result:
+    """`herdscope scan` of the capture's first packet: the process's own memory, which the memory per
+    packet subtracts (issue 13's formula: (peak RSS - file size - this) / packets)."""
+    found = _herdscope_cmd()
+    if found is None:
+        return Result("scan, 1 packet", status="unavailable", note="no herdscope command")
+    cmd, how = found
+    with tempfile.TemporaryDirectory(dir=ctx.args.cache_dir, prefix="one-") as tmp:
+        one = one_packet_capture(ctx.path, ctx.args.format, Path(tmp))
+        if one is None:
+            return Result("scan, 1 packet", status="unavailable", note="no editcap to cut one packet")
+        wall, rss, proc = run_timed([*cmd, "scan", str(one), "--format", "json", "--fail-on", "critical"], cwd=ROOT)
+    status = "ok" if proc.returncode in (0, 1) else "failed"
+    return Result("scan, 1 packet", wall, 1, rss, status=status, note=how)
+
+
+@stage("scan identity")
+def stage_scan_identity(ctx: Ctx) -> Result:
+    """In process: the findings of ``detectors.run`` as the dashboard runs it (every frame kept) and as
+    ``scan`` runs it (``release=True``: frames freed after their last reader) must be identical."""
+    from analyzer import open_capture
+    import detectors
+
+    t0 = time.perf_counter()
+    with open_capture(ctx.path) as cap:
+        kept = detectors.run(cap)
+    with open_capture(ctx.path) as cap:
+        released = detectors.run(cap, release=True)
+    same = kept.to_dicts() == released.to_dicts()
+    return Result("scan identity", time.perf_counter() - t0, ctx.packets, None, status="ok" if same else "failed",
+                  note=f"{kept.height} findings, " + ("identical with and without release" if same else
+                                                      f"DIFFER: {released.height} with release"))
+
+
 def _export_stage(ctx: Ctx, name: str, extra: list[str]) -> Result:
     found = _herdscope_cmd()
     if found is None:
@@ -454,6 +489,23 @@ def stage_tshark_decoders(ctx: Ctx) -> Result:
     if proc.returncode:
         return Result("tshark -2 decoders", wall, None, rss, status="failed", note=tail(proc.stderr))
     return Result("tshark -2 decoders", wall, ctx.packets, rss, note=f"-2, {len(DECODER_FIELDS)} dns/kerberos/ldap/smb2 fields")
+
+
+@stage("tshark -2, 1 packet", tags={"tshark"})
+def stage_tshark_decoders_one(ctx: Ctx) -> Result:
+    """The same tshark command on the first packet: tshark's own memory, for its memory per packet."""
+    exe = _tshark()
+    if exe is None:
+        return Result("tshark -2, 1 packet", status="unavailable", note="tshark not installed")
+    with tempfile.TemporaryDirectory(dir=ctx.args.cache_dir, prefix="one-") as tmp:
+        one = one_packet_capture(ctx.path, ctx.args.format, Path(tmp))
+        if one is None:
+            return Result("tshark -2, 1 packet", status="unavailable", note="no editcap to cut one packet")
+        cmd = [exe, "-r", str(one), "-2", "-T", "fields"]
+        for f in DECODER_FIELDS:
+            cmd += ["-e", f]
+        wall, rss, proc = run_timed(cmd)
+    return Result("tshark -2, 1 packet", wall, 1, rss, status="failed" if proc.returncode else "ok")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -614,6 +666,27 @@ RATIOS = [  # (what the issues ask, slow stage, fast stage, target)
 ]
 
 
+MEMORY_PER_PACKET_TARGET_B = 200  # issue 13: a scan's memory per packet beyond the memory map
+MEMORY_ROWS = [  # (label, the whole capture's stage, the one-packet stage)
+    ("herdscope scan", "herdscope scan", "scan, 1 packet"),
+    ("tshark -2 decoders", "tshark -2 decoders", "tshark -2, 1 packet"),
+]
+
+
+def print_memory(ctx: Ctx) -> None:
+    """Memory per packet beyond the file: (peak RSS - file size - the same command's peak on one packet)
+    / packets, issue 13's measure (the file is memory-mapped by herdscope, read by tshark)."""
+    print()
+    for label, whole, one in MEMORY_ROWS:
+        rw, r1 = ctx.result(whole), ctx.result(one)
+        if not (rw and r1 and rw.peak_rss_kb and r1.peak_rss_kb and rw.status == r1.status == "ok"):
+            continue
+        per = (rw.peak_rss_kb * 1024 - ctx.size - r1.peak_rss_kb * 1024) / ctx.packets
+        verdict = ("ok" if per <= MEMORY_PER_PACKET_TARGET_B else "MISSES") if label == "herdscope scan" else "reference"
+        print(f"{'memory per packet, ' + label:<42} {per:6.0f} B   (peak {rw.peak_rss_kb / 1024:.0f} MB, one packet "
+              f"{r1.peak_rss_kb / 1024:.0f} MB; target <= {MEMORY_PER_PACKET_TARGET_B} B: {verdict})")
+
+
 def print_ratios(ctx: Ctx) -> None:
     print()
     for label, a, b, target in RATIOS:
@@ -675,6 +748,7 @@ def main(argv=None) -> int:
         failed |= any(r["status"] == "failed" for r in fixed)
     print_table(ctx)
     print_ratios(ctx)
+    print_memory(ctx)
     print_fixed_costs(fixed)
     if args.json:
         doc = {"capture": str(path), "packets": args.packets, "bytes": size, "seed": args.seed,

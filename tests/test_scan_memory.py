@@ -1,0 +1,73 @@
+"""A scan frees what its detectors no longer read (issue 13), and finds exactly the same.
+
+``detectors.run(cap, release=True)`` (what ``herdscope scan`` does) builds every frame the selected
+detectors read, narrows ``packets`` to ``detectors.PACKET_COLUMNS`` and drops the builders' memos
+(``Capture.release``), and drops each frame after the last detector that reads it. These tests check
+that the findings are identical to the plain run on every sample, evaluation capture and the
+generated synthetic capture, and what release leaves behind. The memory itself is measured in
+``make bench`` (tests/benchmarks/bench.py), not here.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import detectors
+from analyzer import open_capture
+from detectors.base import PACKET_COLUMNS, CaptureView
+from shared_captures import shared_run
+
+ROOT = Path(__file__).parent.parent
+CAPTURES = sorted(p for d in (ROOT / "samples", ROOT / "samples" / "eval")
+                  for p in d.iterdir() if p.suffix in (".pcap", ".pcapng"))
+
+
+def _same(a: pl.DataFrame, b: pl.DataFrame) -> None:
+    assert a.columns == b.columns
+    assert a.height == b.height
+    assert a.to_dicts() == b.to_dicts()
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
+def test_released_scan_finds_exactly_what_the_plain_run_finds(path):
+    with open_capture(path) as cap:
+        released = detectors.run(cap, release=True)
+        assert set(cap.packets.columns) == set(PACKET_COLUMNS)
+    _same(released, shared_run(path))
+
+
+def test_released_scan_of_the_synthetic_capture_is_identical(synthetic_capture):
+    with open_capture(synthetic_capture) as cap:
+        released = detectors.run(cap, release=True)
+    assert released.height  # the generated capture carries pathologies
+    _same(released, shared_run(synthetic_capture))
+
+
+def test_release_of_one_detector_keeps_only_what_the_report_reads():
+    with open_capture(ROOT / "samples" / "dns-ttl-herd.pcap") as cap:
+        packets = cap.packets.height
+        found = detectors.run(cap, only=["herd"], release=True)
+        assert found.height
+        # herd's frames are gone after it ran; the reader's frames stay, packets narrowed
+        assert "dns_transactions" not in cap.built_frames()
+        assert "dns_transactions" in cap.built_names()
+        assert cap.packets.columns == list(PACKET_COLUMNS) and cap.packets.height == packets
+        assert {"interfaces", "tcp_sack", "icmp_errors"} <= set(cap.built_frames())
+        with pytest.raises(RuntimeError, match="release"):
+            cap.frame("ldap_messages")  # nothing can be built from the narrowed packets
+
+
+def test_release_refuses_frames_not_built():
+    with open_capture(ROOT / "samples" / "dns-ttl-herd.pcap") as cap:
+        with pytest.raises(RuntimeError, match="dns_messages"):
+            cap.release(["dns_messages"], PACKET_COLUMNS)
+
+
+def test_a_detector_sees_only_the_packet_columns_it_may_read():
+    with open_capture(ROOT / "samples" / "dns-ttl-herd.pcap") as cap:
+        view = CaptureView(cap, "herd", ("packets",))
+        assert view.packets.columns == list(PACKET_COLUMNS)
+        assert view.frame("packets").columns == list(PACKET_COLUMNS)
+        assert "tcp_flags" in cap.packets.columns  # the capture itself is untouched
