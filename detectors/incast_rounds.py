@@ -30,16 +30,7 @@ def _episodes(capture, res: float) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataF
     """(linked segments, per-connection info, rto episodes) exactly as tcp_stall computes them, with
     its default parameters (so that a timed-out flow here is an rto episode there)."""
     tp = tcp_stall.Params()
-    s = tcp_stall._segments(capture)
-    conns = capture.frame("connections")
-    info = tcp_stall._connection_info(s, conns, res)
-    per_conn = info.select("conn", "rtt", "saw_synack", "last_ts_ns", "client_mss", "server_mss", "last_pay_ts")
-    s = s.join(per_conn, on="conn", how="left", maintain_order="left").with_columns(
-        pl.coalesce(pl.when(pl.col("from_client")).then(pl.col("server_mss")).otherwise(pl.col("client_mss")),
-                    pl.lit(tcp_stall.DEFAULT_MSS)).alias("peer_mss"),
-        ep.DK.alias("dk"),
-        (pl.col("rtt").fill_null(0.0) * tp.resume_rtts + tp.resume_slack_ns + res).alias(ep.RESUME))
-    s, info = ep.linked(s, info, tp, res)
+    s, info = tcp_stall.linked_segments(tcp_stall.all_segments(capture), capture.frame("connections"), tp, res)
     eps = ep.rto(s, tp, res)
     if eps.height:
         # the server's data episodes only: the answers that sat out the timer
