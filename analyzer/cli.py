@@ -326,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code instead of exiting when called from Python."""
     args = sys.argv[1:] if argv is None else list(argv)
     if argv is None:  # a process of its own (not a caller's): give freed arrays back (analyzer/memory.py)
-        from .memory import return_freed_memory_promptly
+        from .memory import return_freed_memory_promptly  # lazy: ctypes.util adds ~19 ms to start-up (--help)
 
         return_freed_memory_promptly()
     try:

@@ -89,7 +89,8 @@ HEADER = '''# herdscope EVALUATION captures: real servers in scenarios the detec
 # [capture.expect.measured]. min_severity "informational" marks a sweep point that may fire at
 # any severity below high (or not at all: count_tolerance covers 0).
 # Severity order: informational < low < medium < high < critical.
-# Detectors: herd, retry_storm, smb_break_queue, tcp_stall, toctou, conn_churn.
+# Detectors: herd, retry_storm, smb_break_queue, tcp_stall, toctou, conn_churn, replay, saturation, incast,
+# replication_conflict.
 '''
 
 

@@ -64,7 +64,8 @@ HEADER = '''# herdscope real-server sample captures: how each was made, what hap
 # start_s (seconds after the first packet), tolerance_s, client, server, resource, count,
 # count_tolerance, [capture.expect.measured].
 # Severity order: informational < low < medium < high < critical.
-# Detectors: herd, retry_storm, smb_break_queue, tcp_stall, toctou, conn_churn.
+# Detectors: herd, retry_storm, smb_break_queue, tcp_stall, toctou, conn_churn, replay, saturation, incast,
+# replication_conflict.
 '''
 
 

@@ -216,6 +216,20 @@ def ack_step(t, from_client, **kw):
     return {"t": t, "from_client": from_client, "flags": 0x10, **kw}
 
 
+def stream_steps(stream: bytes, cuts=(), skip=(), server=False, t0=100_000, gap=10_000):
+    """tcp_conversation steps sending ``stream`` (client to server unless ``server``) as PSH/ACK segments
+    cut at the offsets ``cuts`` (those outside the stream are ignored), one every ``gap`` ns from ``t0``;
+    the pieces whose index is in ``skip`` are never sent (a capture gap: their time slot stays empty)."""
+    bounds = [0, *sorted(set(c for c in cuts if 0 < c < len(stream))), len(stream)]
+    steps, t = [], t0
+    for k in range(len(bounds) - 1):
+        a, b = bounds[k], bounds[k + 1]
+        if k not in skip:
+            steps.append({"t": t, "from_client": not server, "data": stream[a:b], "seq": 1 + a, "flags": 0x18})
+        t += gap
+    return steps
+
+
 # --- BER / DER (X.690) ----------------------------------------------------------------------------
 
 def length_octets(n: int) -> bytes:

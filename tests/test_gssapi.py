@@ -13,6 +13,7 @@ from analyzer.decoders import ber
 from analyzer.decoders import kerberos_ap as ka
 from builders import ctx, enc_data, integer, krb_error, octets, seq, ticket, tlv
 from fakes import message_set
+from fuzzing import GSSAPI_SPECIAL, mutate
 
 KRB5 = bytes.fromhex("2a864886f712010202")
 MS_KRB5 = bytes.fromhex("2a864882f712010202")
@@ -201,19 +202,7 @@ SAMPLES = [framed(KRB5, b"\x01\x00", ap_req()), neg_init(framed(MS_KRB5, b"\x01\
 
 
 def _mutate(data: bytes, rnd: random.Random) -> bytes:
-    b = bytearray(data)
-    for _ in range(rnd.randint(1, 6)):
-        op = rnd.randint(0, 3)
-        if op == 0 and b:
-            b[rnd.randrange(len(b))] = rnd.randrange(256)
-        elif op == 1 and b:
-            del b[rnd.randrange(len(b)):]
-        elif op == 2:
-            i = rnd.randrange(len(b) + 1)
-            b[i:i] = bytes(rnd.randrange(256) for _ in range(rnd.randint(1, 4)))
-        elif b:
-            b[rnd.randrange(len(b))] = rnd.choice([0x80, 0x84, 0xFF, 0x00, 0x7F, 0x81, 0x60, 0xA1, 0x6E])
-    return bytes(b)
+    return mutate(data, rnd, GSSAPI_SPECIAL)
 
 
 def _sane(out: pl.DataFrame, n: int):

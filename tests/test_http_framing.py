@@ -6,23 +6,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from analyzer.tcp import tcp_messages
 from analyzer.tcp.framing_http import MAX_HTTP_HEADER
-from builders import handshake, tcp_conversation
+from builders import handshake, stream_steps, tcp_conversation
 
 US = 1_000
 SERVER = ("10.0.0.2", 80)
-
-
-def stream_steps(stream: bytes, cuts, server=False, t0=100 * US, skip=()):
-    """Steps sending ``stream`` cut at ``cuts`` (client to server unless server); pieces in ``skip``
-    are never sent (a capture gap)."""
-    bounds = [0, *sorted(set(c for c in cuts if 0 < c < len(stream))), len(stream)]
-    steps, t = [], t0
-    for k in range(len(bounds) - 1):
-        a, b = bounds[k], bounds[k + 1]
-        if k not in skip:
-            steps.append({"t": t, "from_client": not server, "data": stream[a:b], "seq": 1 + a, "flags": 0x18})
-        t += 10 * US
-    return steps
 
 
 def framed(read_capture, steps):

@@ -19,6 +19,7 @@ from analyzer.decoders import kerberos_ap as ka
 from analyzer.decoders import kerberos_ap_carriers as K
 from builders import ctx, integer, kdc_req, octets, pa, seq, ticket, tlv
 from fakes import message_set
+from fuzzing import GSSAPI_SPECIAL, mutate
 from test_gssapi import AP_REP, KRB5, NTLMSSP, ap_req, framed, neg_init, neg_resp
 
 REVIEW = Path(__file__).parent / "data" / "review"  # reviewed captures outside the ordinary corpus
@@ -240,19 +241,7 @@ KERNELS = {"smb2": K.smb2_tokens, "ldap": K.ldap_tokens, "kdc": K.kdc_tokens}
 
 
 def _mutate(data: bytes, rnd: random.Random) -> bytes:
-    b = bytearray(data)
-    for _ in range(rnd.randint(1, 6)):
-        op = rnd.randint(0, 3)
-        if op == 0 and b:
-            b[rnd.randrange(len(b))] = rnd.randrange(256)
-        elif op == 1 and b:
-            del b[rnd.randrange(len(b)):]
-        elif op == 2:
-            i = rnd.randrange(len(b) + 1)
-            b[i:i] = bytes(rnd.randrange(256) for _ in range(rnd.randint(1, 4)))
-        elif b:
-            b[rnd.randrange(len(b))] = rnd.choice([0x80, 0x84, 0xFF, 0x00, 0x7F, 0x81, 0x60, 0xA1, 0x6E])
-    return bytes(b)
+    return mutate(data, rnd, GSSAPI_SPECIAL)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

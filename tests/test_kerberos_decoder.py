@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from analyzer.decoders import kerberos as krb
 from builders import ap_req, ctx, enc_data, integer, kdc_rep, kdc_req, krb_error, octets, pa, seq, ticket, tlv
 from fakes import message_set
+from fuzzing import BER_SPECIAL, mutate
 
 
 def decode(*messages: bytes, **kw) -> pl.DataFrame:
@@ -227,20 +228,7 @@ SAMPLES = [kdc_req(10, padata=[pa(2, enc_data(18)), pa(128)]),
 
 
 def _mutate(data: bytes, rnd: random.Random) -> bytes:
-    b = bytearray(data)
-    for _ in range(rnd.randint(1, 6)):
-        op = rnd.randint(0, 3)
-        if op == 0 and b:
-            b[rnd.randrange(len(b))] = rnd.randrange(256)
-        elif op == 1 and b:
-            del b[rnd.randrange(len(b)):]
-        elif op == 2:
-            i = rnd.randrange(len(b) + 1)
-            b[i:i] = bytes(rnd.randrange(256) for _ in range(rnd.randint(1, 4)))
-        elif b:
-            i = rnd.randrange(len(b))
-            b[i] = rnd.choice([0x80, 0x84, 0xFF, 0x00, 0x7F, 0x81])
-    return bytes(b)
+    return mutate(data, rnd, BER_SPECIAL)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from analyzer.decoders import ldap
 from builders import integer, octets, seq, tlv
 from fakes import message_set
+from fuzzing import mutate
 
 # --- RFC 4511 builders -------------------------------------------------------------------------------
 
@@ -451,20 +452,12 @@ SAMPLES = [msg(1, bind_simple()), msg(2, search(flt=f_and(eq("a", "b"), f_not(su
            sasl(krb5_wrap(msg(6, UNBIND) + msg(7, abandon(3)))), sasl(rfc1964_wrap(msg(8, delete("x"))))]
 
 
+# Bytes that matter to LDAP's BER: long-form lengths, SEQUENCE, [0] and the [7] present filter.
+LDAP_SPECIAL = (0x80, 0x84, 0xFF, 0x00, 0x30, 0xA0, 0x87)
+
+
 def _mutate(data: bytes, rnd: random.Random) -> bytes:
-    b = bytearray(data)
-    for _ in range(rnd.randint(1, 6)):
-        op = rnd.randint(0, 3)
-        if op == 0 and b:
-            b[rnd.randrange(len(b))] = rnd.randrange(256)
-        elif op == 1 and b:
-            del b[rnd.randrange(len(b)):]
-        elif op == 2:
-            i = rnd.randrange(len(b) + 1)
-            b[i:i] = bytes(rnd.randrange(256) for _ in range(rnd.randint(1, 4)))
-        elif b:
-            b[rnd.randrange(len(b))] = rnd.choice([0x80, 0x84, 0xFF, 0x00, 0x30, 0xA0, 0x87])
-    return bytes(b)
+    return mutate(data, rnd, LDAP_SPECIAL)
 
 
 def _check_rows(out: pl.DataFrame, n: int):

@@ -11,6 +11,7 @@ from shared_captures import shared_capture  # each sample decoded once per sessi
 SAMPLES = Path(__file__).parent.parent / "samples"
 FACTS = {c["file"]: c.get("tshark", {}) for c in tomllib.loads((SAMPLES / "MANIFEST.toml").read_text())["capture"]}
 RESOLVER = "10.77.0.53"
+PROVIDERS = ("10.77.0.91", "10.77.0.92")  # ldap-repl-conflict's two slapd providers (p1, p2)
 NOTIFICATION_ID = 0xFFFFFFFFFFFFFFFF
 
 
@@ -68,6 +69,16 @@ def test_kerberos_samples(file):
     errors = dict(m.filter(pl.col("error_code").is_not_null()).group_by("error_code").len().iter_rows())
     assert (errors.get(25, 0), errors.get(24, 0), errors.get(6, 0)) == (
         f["krb_error_25_preauth_required"], f["krb_error_24_preauth_failed"], f["krb_error_6_principal_unknown"])
+    if "ap_req_in_carriers" in f:  # krb5 replay family: AP exchanges inside HTTP / LDAP, KDC request copies
+        ap = cap.frame("kerberos_ap").filter(pl.col("carrier") != "kdc")
+        req = ap.filter(pl.col("message") == "ap_req")
+        assert req.height == f["ap_req_in_carriers"]
+        assert ap.filter(pl.col("message") == "ap_rep").height == f["ap_rep_in_carriers"]
+        assert req["rc_tag"].n_unique() == f["distinct_authenticators"]
+        assert req.height - req["rc_tag"].n_unique() == f["authenticator_copies"]
+        assert ap.filter(pl.col("error_code") == 34).height == f["krb_error_34_repeat"]
+        tgs = m.filter(pl.col("message") == "TGS-REQ")["request_digest"]
+        assert tgs.len() - tgs.n_unique() == f["tgs_req_copies"]
 
 
 @pytest.mark.parametrize("file", [f for f in FACTS if f.startswith("ldap-")])
@@ -81,5 +92,21 @@ def test_ldap_samples(file):
         assert ops.get("searchRequest", 0) == f["search_requests"]
         assert ops.get("unbindRequest", 0) == f["unbind_requests"]
         assert ops.get("searchResEntry", 0) == f["search_entries"]
+    elif "sync_state_entries" in f:  # ldap-repl: client writes, what the providers pushed each other
+        assert ops.get("modifyRequest", 0) == f["modify_requests"]
+        assert ops.get("searchResEntry", 0) == f["search_entries"]
+        assert ops.get("intermediateResponse", 0) == f["sync_info_messages"]
+        states = cap.frame("ldap_sync").filter(pl.col("kind") == "sync_state")
+        assert states.height == f["sync_state_entries"]
+        pushed = states.filter((pl.col("state") == "modify") & pl.col("client").cast(pl.String).is_in(PROVIDERS))
+        by = dict(pushed.group_by(pl.col("server").cast(pl.String)).len().iter_rows())
+        assert [by.get(p, 0) for p in PROVIDERS] == [f["sync_modifies_pushed_by_p1"], f["sync_modifies_pushed_by_p2"]]
+    elif "search_done" in f:  # ldap-saturation: searches and their answers
+        assert ops.get("searchRequest", 0) == f["search_requests"]
+        assert ops.get("searchResDone", 0) == f["search_done"]
+        assert ops.get("searchResEntry", 0) == f["search_entries"]
+        done = m.filter((pl.col("op") == "searchResDone") & (pl.col("result_code") == 0))
+        assert done.height == f["search_success"]
+        assert m.filter(pl.col("op") == "searchRequest")["src"].n_unique() == f["search_clients"]
     else:
         assert ops.get("modifyRequest", 0) == f["counter_modifies"]

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from analyzer.tcp import framing
 from analyzer.tcp import tcp_messages
-from builders import handshake, tcp_conversation
+from builders import handshake, stream_steps as steps_for, tcp_conversation
 from tshark_ref import as_int, as_list, have_tshark, tshark_fields
 
 US = 1_000
@@ -35,18 +35,6 @@ def record(message: bytes, cuts=()) -> bytes:
         piece = message[bounds[k]:bounds[k + 1]]
         out += struct.pack(">I", len(piece) | (LAST if k == len(bounds) - 2 else 0)) + piece
     return out
-
-
-def steps_for(stream: bytes, cuts=(), skip=(), server=False, t0=100 * US):
-    """Segments of ``stream`` cut at ``cuts``; the pieces whose index is in ``skip`` are not captured."""
-    bounds = [0, *sorted(set(c for c in cuts if 0 < c < len(stream))), len(stream)]
-    steps, t = [], t0
-    for k in range(len(bounds) - 1):
-        a, b = bounds[k], bounds[k + 1]
-        if k not in skip:
-            steps.append({"t": t, "from_client": not server, "data": stream[a:b], "seq": 1 + a, "flags": 0x18})
-        t += 10 * US
-    return steps
 
 
 def frame_rpc(read_capture, steps, **kw):

@@ -9,7 +9,8 @@ TGS-REQ, the KDC's lookaside answer to it) are equal keys.
 
 The ``kerberos_ap`` frame (:mod:`.kerberos_ap`) is declared here too: the AP-REQ / AP-REP /
 KRB-ERROR messages inside TGS-REQs, SMB2 SESSION_SETUP security buffers, LDAP SASL binds and HTTP
-Negotiate tokens (GSS-API / SPNEGO framing in :mod:`.gssapi`), with MIT's replay-cache tag.
+Negotiate tokens (GSS-API / SPNEGO framing in :mod:`.gssapi`), with MIT's replay-cache tag. Its
+builder is in that module; this one registers its ``kdc`` carrier (the TGS-REQs' PA-TGS-REQ).
 
 Transport: UDP port 88, one message per datagram (IP-fragmented datagrams reassembled by
 ``analyzer.messages``); TCP port 88 with the 4-byte record mark of §7.2.2, which
@@ -49,6 +50,10 @@ from ..schema import FRAMES, Column, column, empty_frame, polars_type
 from .protocol import Protocol
 from . import ber
 from .common import TRANSACTION_COMMON, named_codes, unbroken_duration
+from .kerberos_ap import carrier_source, register_token_source
+from .kerberos_ap_carriers import kdc_tokens
+from .kerberos_codes import (  # noqa: F401  (public here too)
+    ERROR_CODES, KDC_ERR_PREAUTH_REQUIRED, KRB_ERR_RESPONSE_TOO_BIG)
 from .kerberos_layout import (  # noqa: F401  (the field layout; the kernels load with the first message)
     I_APP, I_CTIME, I_ENC_ETYPE, I_ENC_KVNO, I_ERROR_CODE, I_KDC_OPTIONS,
     I_MSG_TYPE, I_NONCE, I_PREAUTH, I_PREAUTH_ETYPE, I_PVNO, I_STATUS,
@@ -70,40 +75,7 @@ MESSAGE_TYPES = {
     30: "KRB-ERROR",
 }
 MESSAGE_ENUM = pl.Enum(list(dict.fromkeys(MESSAGE_TYPES.values())))
-
-# RFC 4120 §7.5.9 (with RFC 6113 FAST and RFC 4556 PKINIT codes, as the IANA registry lists them)
-ERROR_CODES = {
-    0: "KDC_ERR_NONE", 1: "KDC_ERR_NAME_EXP", 2: "KDC_ERR_SERVICE_EXP", 3: "KDC_ERR_BAD_PVNO",
-    4: "KDC_ERR_C_OLD_MAST_KVNO", 5: "KDC_ERR_S_OLD_MAST_KVNO", 6: "KDC_ERR_C_PRINCIPAL_UNKNOWN",
-    7: "KDC_ERR_S_PRINCIPAL_UNKNOWN", 8: "KDC_ERR_PRINCIPAL_NOT_UNIQUE", 9: "KDC_ERR_NULL_KEY",
-    10: "KDC_ERR_CANNOT_POSTDATE", 11: "KDC_ERR_NEVER_VALID", 12: "KDC_ERR_POLICY",
-    13: "KDC_ERR_BADOPTION", 14: "KDC_ERR_ETYPE_NOSUPP", 15: "KDC_ERR_SUMTYPE_NOSUPP",
-    16: "KDC_ERR_PADATA_TYPE_NOSUPP", 17: "KDC_ERR_TRTYPE_NOSUPP", 18: "KDC_ERR_CLIENT_REVOKED",
-    19: "KDC_ERR_SERVICE_REVOKED", 20: "KDC_ERR_TGT_REVOKED", 21: "KDC_ERR_CLIENT_NOTYET",
-    22: "KDC_ERR_SERVICE_NOTYET", 23: "KDC_ERR_KEY_EXPIRED", 24: "KDC_ERR_PREAUTH_FAILED",
-    25: "KDC_ERR_PREAUTH_REQUIRED", 26: "KDC_ERR_SERVER_NOMATCH", 27: "KDC_ERR_MUST_USE_USER2USER",
-    28: "KDC_ERR_PATH_NOT_ACCEPTED", 29: "KDC_ERR_SVC_UNAVAILABLE", 31: "KRB_AP_ERR_BAD_INTEGRITY",
-    32: "KRB_AP_ERR_TKT_EXPIRED", 33: "KRB_AP_ERR_TKT_NYV", 34: "KRB_AP_ERR_REPEAT",
-    35: "KRB_AP_ERR_NOT_US", 36: "KRB_AP_ERR_BADMATCH", 37: "KRB_AP_ERR_SKEW",
-    38: "KRB_AP_ERR_BADADDR", 39: "KRB_AP_ERR_BADVERSION", 40: "KRB_AP_ERR_MSG_TYPE",
-    41: "KRB_AP_ERR_MODIFIED", 42: "KRB_AP_ERR_BADORDER", 44: "KRB_AP_ERR_BADKEYVER",
-    45: "KRB_AP_ERR_NOKEY", 46: "KRB_AP_ERR_MUT_FAIL", 47: "KRB_AP_ERR_BADDIRECTION",
-    48: "KRB_AP_ERR_METHOD", 49: "KRB_AP_ERR_BADSEQ", 50: "KRB_AP_ERR_INAPP_CKSUM",
-    51: "KRB_AP_PATH_NOT_ACCEPTED", 52: "KRB_ERR_RESPONSE_TOO_BIG", 60: "KRB_ERR_GENERIC",
-    61: "KRB_ERR_FIELD_TOOLONG", 62: "KDC_ERROR_CLIENT_NOT_TRUSTED", 63: "KDC_ERROR_KDC_NOT_TRUSTED",
-    64: "KDC_ERROR_INVALID_SIG", 65: "KDC_ERR_KEY_TOO_WEAK", 66: "KDC_ERR_CERTIFICATE_MISMATCH",
-    67: "KRB_AP_ERR_NO_TGT", 68: "KDC_ERR_WRONG_REALM", 69: "KRB_AP_ERR_USER_TO_USER_REQUIRED",
-    70: "KDC_ERR_CANT_VERIFY_CERTIFICATE", 71: "KDC_ERR_INVALID_CERTIFICATE",
-    72: "KDC_ERR_REVOKED_CERTIFICATE", 73: "KDC_ERR_REVOCATION_STATUS_UNKNOWN",
-    74: "KDC_ERR_REVOCATION_STATUS_UNAVAILABLE", 75: "KDC_ERR_CLIENT_NAME_MISMATCH",
-    76: "KDC_ERR_KDC_NAME_MISMATCH", 77: "KDC_ERR_INCONSISTENT_KEY_PURPOSE",
-    78: "KDC_ERR_DIGEST_IN_CERT_NOT_ACCEPTED", 79: "KDC_ERR_PA_CHECKSUM_MUST_BE_INCLUDED",
-    80: "KDC_ERR_DIGEST_IN_SIGNED_DATA_NOT_ACCEPTED", 81: "KDC_ERR_PUBLIC_KEY_ENCRYPTION_NOT_SUPPORTED",
-    90: "KDC_ERR_PREAUTH_EXPIRED", 91: "KDC_ERR_MORE_PREAUTH_DATA_REQUIRED",
-    93: "KDC_ERR_UNKNOWN_CRITICAL_FAST_OPTIONS", 100: "KDC_ERR_NO_ACCEPTABLE_KDF",
-}
-KDC_ERR_PREAUTH_REQUIRED = 25
-KRB_ERR_RESPONSE_TOO_BIG = 52
+# ERROR_CODES (RFC 4120 §7.5.9), KDC_ERR_PREAUTH_REQUIRED, KRB_ERR_RESPONSE_TOO_BIG: in kerberos_codes
 
 # RFC 4120 §7.5.2, RFC 6113 §7.2, RFC 4556 §3.1.3, MS-KILE 2.2: PA-DATA types that carry
 # pre-authentication (what a client sends after KDC_ERR_PREAUTH_REQUIRED)
@@ -426,6 +398,11 @@ def _build_messages(cap) -> pl.DataFrame:
     return decode_messages(message_sets(cap))
 
 
+# kerberos_ap's kdc carrier: the AP-REQ in the PA-TGS-REQ padata of each TGS-REQ (RFC 4120 §5.4.1)
+register_token_source("kdc", carrier_source(message_sets, "kerberos_messages", pl.col("message") == "TGS-REQ",
+                                            kdc_tokens))
+
+
 def outcome_rules() -> tuple[str, str]:
     """(what counts as an error, when a request counts as unanswered), from the code tables and Params:
     ``herdscope stats --help`` and the README (analyzer.stats.outcome_rules)."""
@@ -440,7 +417,3 @@ def outcome_rules() -> tuple[str, str]:
 def _build_transactions(cap) -> pl.DataFrame:
     return pair_transactions(cap.frame("kerberos_messages"))
 
-
-# kerberos_ap (AP-REQ / AP-REP / KRB-ERROR inside TGS-REQs, SMB2, LDAP and HTTP tokens): its module
-# registers that frame's builder; imported last, as it reads this module's code tables
-from . import kerberos_ap  # noqa: E402,F401

@@ -4,7 +4,7 @@ One row per Kerberos message of those three kinds that a carrier holds, and one 
 (``decode_error``). Carriers (``carrier``):
 
 - ``kdc``: the AP-REQ in the PA-TGS-REQ padata of a TGS-REQ on port 88 (RFC 4120 §5.4.1, §7.5.2),
-  from the ``kerberos`` decoder's message sets;
+  from the ``kerberos`` decoder's message sets (registered by :mod:`.kerberos`);
 - ``smb2``: the GSS-API token of SESSION_SETUP requests and responses (MS-SMB2 2.2.5, 2.2.6
   SecurityBufferOffset / SecurityBufferLength), from the ``smb2`` decoder's message sets;
 - ``ldap``: SASL bind credentials and bindResponse serverSaslCreds (RFC 4511 §4.2, §4.2.2), GSSAPI
@@ -19,8 +19,11 @@ the Kerberos message decoded by the Kerberos kernels (:mod:`.kerberos_kernels`),
 :func:`register_token_source`: its frames have the message-set columns of the carrier's messages,
 with ``offset`` / ``length`` locating the token in the set's buffer (and an optional Int64
 ``carrier_status``: a ``ber`` status when the carrier's token field ran past the message). The frame
-builder collects them all; :func:`decode_tokens` turns one carrier's sets into rows (the HTTP decoder
-and the tests call it directly).
+builder collects them all, in :data:`CARRIERS` order; :func:`decode_tokens` turns one carrier's sets
+into rows (the HTTP decoder and the tests call it directly). This module registers the ``smb2`` and
+``ldap`` carriers; the ``kerberos`` decoder registers ``kdc`` and the HTTP decoder ``http`` (both
+import this module, so it imports neither of them); :func:`carrier_source` makes a source from a
+carrier's message sets and one of :mod:`.kerberos_ap_carriers`' kernels.
 
 **The replay-cache tag** (``rc_tag``): MIT krb5 >= 1.18 stores in its replay cache the last
 ``krb5_c_crypto_length(enctype, KRB5_CRYPTO_TYPE_CHECKSUM)`` bytes of the authenticator's ciphertext
@@ -47,7 +50,9 @@ from ..message_set import TRANSPORTS, MessageSet
 from ..schema import FRAMES, Column, column, empty_frame, polars_type
 from . import ber
 from . import gssapi as G
-from .kerberos import ERROR_CODES
+from . import kerberos_ap_carriers as K
+from . import ldap, smb2
+from .kerberos_codes import ERROR_CODES
 from .kerberos_layout import (I_AP_OPTIONS, I_APP, I_AUTH_CIPHER_END, I_AUTH_CIPHER_START, I_ENC_ETYPE,
                               I_ENC_KVNO, I_ERROR_CODE, I_PVNO, I_STATUS, I_TICKET_ETYPE, I_TICKET_KVNO,
                               N_INTS, N_STRS, STR_NAMES)
@@ -125,7 +130,8 @@ def register_token_source(carrier: str, source: Callable) -> None:
 
 
 def token_sources() -> dict[str, Callable]:
-    return dict(_SOURCES)
+    """The registered token sources, carrier -> source, in :data:`CARRIERS` order."""
+    return {carrier: _SOURCES[carrier] for carrier in CARRIERS if carrier in _SOURCES}
 
 
 # --- decoding -----------------------------------------------------------------------------------------
@@ -150,7 +156,7 @@ def _binary(name: str, buf: np.ndarray, start: np.ndarray, length: np.ndarray, v
 
 
 def _decode_set(carrier: str, ms: MessageSet) -> pl.DataFrame | None:
-    from .kerberos_kernels import decode_all
+    from .kerberos_kernels import decode_all  # lazy: Numba kernels load only when there are tokens to decode
     fr = ms.frame
     off = fr["offset"].to_numpy().astype(np.int64)
     ln = fr["length"].to_numpy().astype(np.int64)
@@ -246,10 +252,11 @@ def _concat(parts: list[pl.DataFrame]) -> pl.DataFrame:
 @frame_builder("kerberos_ap")
 def build(cap) -> pl.DataFrame:
     """The kerberos_ap frame of a capture: every registered carrier's tokens."""
-    return _concat([decode_tokens(carrier, source(cap)) for carrier, source in _SOURCES.items()])
+    cap.frame_names()  # loads every decoder, so every carrier has registered its source
+    return _concat([decode_tokens(carrier, source(cap)) for carrier, source in token_sources().items()])
 
 
-# --- the carriers this module knows (http registers itself from its decoder) ----------------------------
+# --- carriers whose kernels are in kerberos_ap_carriers (kdc and http register themselves) ---------------
 
 def _token_sets(sets: list[MessageSet], kernel) -> list[MessageSet]:
     """Carrier message sets → token sets through one of :mod:`.kerberos_ap_carriers`' kernels."""
@@ -271,30 +278,19 @@ def _token_sets(sets: list[MessageSet], kernel) -> list[MessageSet]:
     return out
 
 
-def _kdc_source(cap) -> list[MessageSet]:
-    from . import kerberos, kerberos_ap_carriers as K
-    msgs = cap.frame("kerberos_messages")
-    if msgs.filter(pl.col("message") == "TGS-REQ").height == 0:
-        return []
-    return _token_sets(kerberos.message_sets(cap), K.kdc_tokens)
+def carrier_source(message_sets: Callable, messages_frame: str, wanted: pl.Expr, kernel) -> Callable:
+    """A token source (module doc) for a carrier: ``message_sets(cap)`` are its message sets and
+    ``kernel`` (one of :mod:`.kerberos_ap_carriers`') finds the tokens in them; a capture none of
+    whose ``messages_frame`` rows match ``wanted`` (the messages that can carry a token) has none."""
+    def source(cap) -> list[MessageSet]:
+        if cap.frame(messages_frame).filter(wanted).height == 0:
+            return []
+        return _token_sets(message_sets(cap), kernel)
+    return source
 
 
-def _smb2_source(cap) -> list[MessageSet]:
-    from . import smb2, kerberos_ap_carriers as K
-    msgs = cap.frame("smb2_messages")
-    if msgs.filter(pl.col("command") == "SESSION_SETUP").height == 0:
-        return []
-    return _token_sets(smb2.message_sets(cap), K.smb2_tokens)
-
-
-def _ldap_source(cap) -> list[MessageSet]:
-    from . import ldap, kerberos_ap_carriers as K
-    msgs = cap.frame("ldap_messages")
-    if msgs.filter((pl.col("auth") == "sasl") | (pl.col("op") == "bindResponse")).height == 0:
-        return []
-    return _token_sets(ldap.message_sets(cap), K.ldap_tokens)
-
-
-register_token_source("kdc", _kdc_source)
-register_token_source("smb2", _smb2_source)
-register_token_source("ldap", _ldap_source)
+register_token_source("smb2", carrier_source(smb2.message_sets, "smb2_messages",
+                                              pl.col("command") == "SESSION_SETUP", K.smb2_tokens))
+register_token_source("ldap", carrier_source(ldap.message_sets, "ldap_messages",
+                                              (pl.col("auth") == "sasl") | (pl.col("op") == "bindResponse"),
+                                              K.ldap_tokens))

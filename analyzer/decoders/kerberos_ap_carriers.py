@@ -7,7 +7,7 @@ or into the fixed part of its structure). A carrier message whose own structure 
 token is located gives no token: its decoder's frame counts that damage.
 
 - SMB2 (MS-SMB2 2.2.5 / 2.2.6): every SESSION_SETUP request and response of a compound chain
-  (NextCommand walked with ``smb2_kernel._next_element``, the same checks as the SMB2 decoder),
+  (NextCommand walked with ``smb2_kernel.next_element``, the same checks as the SMB2 decoder),
   SecurityBufferOffset (from the SMB2 header) and SecurityBufferLength. A response whose status is an
   error other than STATUS_MORE_PROCESSING_REQUIRED has an ERROR body (2.2.2): no buffer.
 - LDAP (RFC 4511 §4.2, §4.2.2): bindRequest with the sasl choice: SaslCredentials.credentials;
@@ -26,7 +26,7 @@ from . import smb2_layout as SL
 from . import smb2_tables as ST
 from .ber import BAD_LENGTH, OK, TRUNCATED, helper, read_int, read_tlv, read_tlv_partial
 from .ntstatus import STATUS_MORE_PROCESSING_REQUIRED
-from .smb2_kernel import SEVERITY_ERROR, SEVERITY_SHIFT, _next_element
+from .smb2_kernel import SEVERITY_ERROR, SEVERITY_SHIFT, next_element
 
 APP_TGS_REQ = ber.app(KL.TGS_REQ)
 APP_BIND_REQUEST = ber.app(LL.BIND_REQUEST)
@@ -88,7 +88,7 @@ def smb2_tokens(buf, offsets, lengths, wires, out, fill):
             if mend - pos < SL.HEADER or buf[pos] != SL.PROTOCOL_SMB2 or buf[pos + 1] != SL.PROTOCOL_S \
                     or buf[pos + 2] != SL.PROTOCOL_M or buf[pos + 3] != SL.PROTOCOL_B:
                 break
-            nxt = _next_element(buf, pos, mend, wend)
+            nxt = next_element(buf, pos, mend, wend)
             e_avail = mend if nxt <= 0 else nxt
             e_wire = wend if nxt <= 0 else nxt
             if _u16(buf, pos + SL.HDR_COMMAND) == ST.SESSION_SETUP:

@@ -41,8 +41,9 @@ and saslBindInProgress (14), which report outcomes rather than failures (RFC 451
 
 Replication: the ``ldap_sync`` frame (:mod:`analyzer.decoders.ldap_sync`) keeps what content
 synchronisation needs from the same LDAPMessages (RFC 4533 controls and Sync Info, entryCSN /
-entryUUID, attribute value digests of entries and writes, Active Directory CNF DNs); :func:`units`
-(pass 1) is shared by both frames.
+entryUUID, attribute value digests of entries and writes, Active Directory CNF DNs); its builder is
+here with the other LDAP frames'. :func:`units` (pass 1, :mod:`.ldap_message_units`) is shared by both
+frames.
 """
 from __future__ import annotations
 
@@ -56,6 +57,7 @@ from ..messages import KEPT_COLUMNS, MessageSet, protocol_message_sets
 from ..schema import FRAMES, Column, column, empty_frame, polars_type
 from .protocol import Protocol
 from . import ber
+from . import ldap_sync
 from .common import TRANSACTION_COMMON, named_codes
 from .ldap_filter import MAX_FILTER_DEPTH  # noqa: F401  (public here too)
 from .ldap_layout import (  # noqa: F401  (the field layout; the kernels load with the first message)
@@ -63,6 +65,7 @@ from .ldap_layout import (  # noqa: F401  (the field layout; the kernels load wi
     I_MSGID, I_OP, I_OPAQUE, I_RESULT, I_SASL, I_SCOPE,
     I_SIZE_LIMIT, I_STATUS, I_TIME_LIMIT, I_TYPES_ONLY, I_UNIT, I_VERSION,
     N_INTS, N_STRS)
+from .ldap_message_units import units  # noqa: F401  (public here too)
 
 PROTOCOL = Protocol(
     name="ldap", title="LDAP", spec="RFC 4511", udp_ports=(389,), tcp_ports=(389, 3268),
@@ -212,33 +215,6 @@ class Params:
 
 
 # --- Python side ------------------------------------------------------------------------------------
-
-def units(ms: MessageSet):
-    """Pass 1 over a message set: where its LDAPMessages are (plain, several in a CLDAP datagram, inside
-    an integrity-only SASL buffer). Returns (u_start, u_end, u_kind, u_msg, u_index): per unit its byte
-    range in ``ms.buf``, its kind (``ldap_layout.K_*``), the framed message it came from and its index
-    among that message's units. Shared by ``ldap_messages`` and ``ldap_sync``."""
-    from .ldap_kernels import count_units, fill_units  # lazy: Numba kernels, only with LDAP messages
-
-    offsets = ms.frame["offset"].to_numpy().astype(np.int64)
-    lengths = ms.frame["length"].to_numpy().astype(np.int64)
-    n = offsets.shape[0]
-    if n and (offsets.min() < 0 or (offsets + lengths).max() > ms.buf.shape[0]):
-        raise ValueError("message set offsets/lengths outside its buffer")
-    counts = np.zeros(n, np.int64)
-    count_units(ms.buf, offsets, lengths, counts)
-    first = np.zeros(n, np.int64)
-    if n:
-        np.cumsum(counts[:-1], out=first[1:])
-    total = int(counts.sum())
-    u_start = np.empty(total, np.int64)
-    u_end = np.empty(total, np.int64)
-    u_kind = np.empty(total, np.int64)
-    u_msg = np.empty(total, np.int64)
-    fill_units(ms.buf, offsets, lengths, first, u_start, u_end, u_kind, u_msg)
-    u_index = np.arange(total, dtype=np.int64) - first[u_msg] if total else np.zeros(0, np.int64)
-    return u_start, u_end, u_kind, u_msg, u_index
-
 
 def _kernel(ms: MessageSet):
     from .ldap_kernels import decode_all  # lazy: Numba kernels, only with LDAP messages
@@ -393,4 +369,7 @@ def _build_transactions(cap) -> pl.DataFrame:
     return pair_transactions(cap.frame("ldap_messages"))
 
 
-from . import ldap_sync  # noqa: E402,F401  (registers the ldap_sync frame: RFC 4533 replication)
+@frame_builder("ldap_sync")
+def _build_sync(cap) -> pl.DataFrame:
+    """RFC 4533 content synchronisation and replicated entry states (:mod:`.ldap_sync`)."""
+    return ldap_sync.decode_sync(message_sets(cap))

@@ -1,7 +1,8 @@
 """LDAP content synchronisation (RFC 4533 syncrepl) and replicated entry states: the ``ldap_sync`` frame.
 
-Built from the LDAP message sets (TCP 389/3268, CLDAP; :mod:`analyzer.decoders.ldap`) by a second
-Numba pass over the LDAPMessages (:mod:`.ldap_sync_kernels`), keeping what replication needs and
+Built from the LDAP message sets (TCP 389/3268, CLDAP; :mod:`analyzer.decoders.ldap`, which registers
+this frame's builder) by a second Numba pass over the LDAPMessages (:mod:`.ldap_sync_kernels`; pass 1,
+:func:`.ldap_message_units.units`, is shared with ``ldap_messages``), keeping what replication needs and
 ``ldap_messages`` does not: one row per LDAPMessage that
 
 - carries an RFC 4533 control or response: a searchRequest with the Sync Request control (§2.2,
@@ -47,10 +48,10 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from ..capture import frame_builder
 from ..schema import FRAMES, Column, column, empty_frame, polars_type
 from . import ber
 from . import ldap_sync_kernels as K
+from .ldap_message_units import units
 
 KINDS = ("sync_request", "sync_state", "sync_done", "sync_info", "entry", "modify", "add", "delete", "moddn")
 KIND_ENUM = pl.Enum(list(KINDS))
@@ -122,8 +123,6 @@ _STR_NAMES = ("dn", "_uuid_ctrl", "cookie", "entry_csn", "_uuid_attr", "conflict
 
 
 def _set_rows(ms) -> tuple[pl.DataFrame, pl.DataFrame] | None:
-    from .ldap import units
-
     u_start, u_end, u_kind, u_msg, _ = units(ms)
     n = u_start.shape[0]
     if n == 0:
@@ -245,10 +244,3 @@ def decode_sync(sets) -> pl.DataFrame:
         return empty_frame(SYNC_COLUMNS)
     out = [_finish(frame, children) for frame, children in parts]
     return pl.concat(out, how="vertical_relaxed").sort("ts_ns", "frame", maintain_order=True)
-
-
-@frame_builder("ldap_sync")
-def _build_sync(cap) -> pl.DataFrame:
-    from .ldap import message_sets
-
-    return decode_sync(message_sets(cap))

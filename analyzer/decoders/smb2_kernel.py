@@ -6,7 +6,7 @@ header chain (MS-SMB2 2.2.1, compounded by NextCommand, 3.2.4.1.4), an SMB2 TRAN
 (2.2.41, encrypted), a COMPRESSION_TRANSFORM_HEADER (2.2.42), or an SMB1 header (MS-CIFS 2.2.3.1).
 
 Two passes: :func:`count_rows` walks the NextCommand chains to size the output, :func:`decode`
-fills it. Both use :func:`_next_element`, so they agree on the number of rows. Every offset read
+fills it. Both use :func:`next_element`, so they agree on the number of rows. Every offset read
 from the wire is checked against the end of its element (``pos + NextCommand``, or the end of the
 available bytes for the last one) before use; NextCommand must move forward by at least a header
 (64 bytes) and create contexts by at least a context header, so no chain can loop.
@@ -64,7 +64,7 @@ def _protocol(buf, start, end):
 
 
 @njit(cache=True, inline="always")
-def _next_element(buf, pos, end, wire_end):
+def next_element(buf, pos, end, wire_end):
     """Start of the next compound element after the SMB2 header at ``pos`` (MS-SMB2 2.2.1.2
     NextCommand): 0 when this is the last, -1 when NextCommand is bogus (shorter than a header, or
     past the end of the message), -2 when the next element lies beyond the captured bytes."""
@@ -97,7 +97,7 @@ def count_rows(buf, offset, length, wire_length):
         pos = start
         wire_end = start + max(np.int64(wire_length[i]), np.int64(length[i]))
         while True:
-            nxt = _next_element(buf, pos, end, wire_end)
+            nxt = next_element(buf, pos, end, wire_end)
             if nxt <= 0:
                 break
             pos = nxt
@@ -249,7 +249,7 @@ def decode(buf, offset, length, wire_length, first, row, apos, arena, o8, o4, o2
             for k in range(N_STRINGS):
                 s[2 * k + 1] = -1
             if kind == t.KIND_SMB2:
-                nxt = _next_element(buf, pos, end, wire_end)
+                nxt = next_element(buf, pos, end, wire_end)
                 elem_end = nxt if nxt > 0 else end
                 apos = _smb2(buf, pos, elem_end, f, s, arena, apos)
                 if nxt == -1:

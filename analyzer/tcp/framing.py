@@ -24,7 +24,7 @@ Framings (the ``framing`` argument):
   ``"record_mark"`` (one fragment, the high bit reserved) is a framing of its own.
 - ``"http"``: HTTP/1.x (RFC 9112): a message is its start line, header fields, the empty line and
   the body (§6.3: chunked, Content-Length, none for 1xx/204/304 and for requests without either, to
-  the end of the stream for other responses); see :func:`_http_message` for the bounds.
+  the end of the stream for other responses); see :func:`analyzer.tcp.framing_http.http_message` for the bounds.
 
 Messages split over many segments and many messages in one segment both work. Only the first
 ``max_copy`` bytes of a message are copied into the message buffer (``length``); ``wire_length`` keeps
@@ -40,7 +40,9 @@ import polars as pl
 from numba import njit
 
 from ..message_set import TRANSPORTS, MessageSet
+from .framing_http import http_message, http_start
 from .reassembly import build_pieces
+from .stream_bytes import byte_at, captured_until, locate, read_be
 
 FRAMINGS = {"nbss": 0, "record_mark": 1, "length16": 2, "ber": 3, "rpc_record_mark": 4, "http": 5}
 RPC_RECORD_MARK = FRAMINGS["rpc_record_mark"]
@@ -69,44 +71,11 @@ NBSS_KEEP_ALIVE = 0x85
 
 
 @njit(cache=True, _nrt=False)  # allocates nothing: no refcounting of array args
-def _locate(p_start, lo, hi, x):
-    """Largest k in [lo, hi) with p_start[k] <= x, or lo - 1."""
-    a, b = lo, hi
-    while a < b:
-        m = (a + b) // 2
-        if p_start[m] <= x:
-            a = m + 1
-        else:
-            b = m
-    return a - 1
-
-
-@njit(cache=True, _nrt=False)  # allocates nothing: no refcounting of array args
-def _byte(buf, p_start, p_avail, p_off, lo, hi, x):
-    k = _locate(p_start, lo, hi, x)
-    if k < lo or x >= p_avail[k]:
-        return -1
-    return np.int64(buf[p_off[k] + (x - p_start[k])])
-
-
-@njit(cache=True, _nrt=False)  # allocates nothing: no refcounting of array args
-def _read(buf, p_start, p_avail, p_off, lo, hi, x, n):
-    """n bytes at x as a big-endian integer, or -1 when any is missing."""
-    v = np.int64(0)
-    for k in range(n):
-        b = _byte(buf, p_start, p_avail, p_off, lo, hi, x + k)
-        if b < 0:
-            return -1
-        v = (v << 8) | b
-    return v
-
-
-@njit(cache=True, _nrt=False)  # allocates nothing: no refcounting of array args
 def _header(kind, buf, p_start, p_avail, p_off, lo, hi, pos):
     """(header length, body length, message offset from pos, emit) or hdr < 0 when not a header."""
     if kind == 0:  # nbss
-        t = _byte(buf, p_start, p_avail, p_off, lo, hi, pos)
-        length = _read(buf, p_start, p_avail, p_off, lo, hi, pos + 1, 3)
+        t = byte_at(buf, p_start, p_avail, p_off, lo, hi, pos)
+        length = read_be(buf, p_start, p_avail, p_off, lo, hi, pos + 1, 3)
         if t < 0 or length < 0:
             return -1, 0, 0, False
         if t == NBSS_SESSION_MESSAGE:
@@ -115,18 +84,18 @@ def _header(kind, buf, p_start, p_avail, p_off, lo, hi, pos):
             return 4, length & 0x1FFFF, 4, False
         return -1, 0, 0, False
     if kind == 1:  # record mark
-        v = _read(buf, p_start, p_avail, p_off, lo, hi, pos, 4)
+        v = read_be(buf, p_start, p_avail, p_off, lo, hi, pos, 4)
         if v < 0 or v & 0x80000000 or v > MAX_RECORD:
             return -1, 0, 0, False
         return 4, v, 4, True
     if kind == 2:  # length16
-        v = _read(buf, p_start, p_avail, p_off, lo, hi, pos, 2)
+        v = read_be(buf, p_start, p_avail, p_off, lo, hi, pos, 2)
         if v < 12:
             return -1, 0, 0, False
         return 2, v, 2, True
     # ber
-    b0 = _byte(buf, p_start, p_avail, p_off, lo, hi, pos)
-    b1 = _byte(buf, p_start, p_avail, p_off, lo, hi, pos + 1)
+    b0 = byte_at(buf, p_start, p_avail, p_off, lo, hi, pos)
+    b1 = byte_at(buf, p_start, p_avail, p_off, lo, hi, pos + 1)
     if b0 < 0 or b1 < 0:
         return -1, 0, 0, False
     if b0 == 0x30:
@@ -135,16 +104,16 @@ def _header(kind, buf, p_start, p_avail, p_off, lo, hi, pos):
         nlen = b1 & 0x7F
         if nlen == 0 or nlen > 4:
             return -1, 0, 0, False
-        v = _read(buf, p_start, p_avail, p_off, lo, hi, pos + 2, nlen)
+        v = read_be(buf, p_start, p_avail, p_off, lo, hi, pos + 2, nlen)
         if v < 0 or v > MAX_RECORD:
             return -1, 0, 0, False
         return 2 + nlen, v, 0, True
     if 0x14 <= b0 <= 0x17 and b1 == 0x03:  # TLS record (StartTLS or LDAPS): CCS, alert, handshake, data
-        v = _read(buf, p_start, p_avail, p_off, lo, hi, pos + 3, 2)
+        v = read_be(buf, p_start, p_avail, p_off, lo, hi, pos + 3, 2)
         if v < 0:
             return -1, 0, 0, False
         return 5, v, 0, True
-    v = _read(buf, p_start, p_avail, p_off, lo, hi, pos, 4)  # SASL security layer buffer
+    v = read_be(buf, p_start, p_avail, p_off, lo, hi, pos, 4)  # SASL security layer buffer
     if v <= 0 or v > MAX_RECORD:
         return -1, 0, 0, False
     return 4, v, 0, True
@@ -154,37 +123,37 @@ def _header(kind, buf, p_start, p_avail, p_off, lo, hi, pos):
 def _looks_like_start(kind, buf, p_start, p_avail, p_off, lo, hi, pos):
     """A stricter test used to resynchronise: does a message plausibly start at pos?"""
     if kind == 0:
-        if _byte(buf, p_start, p_avail, p_off, lo, hi, pos) != 0:
+        if byte_at(buf, p_start, p_avail, p_off, lo, hi, pos) != 0:
             return False
-        m = _byte(buf, p_start, p_avail, p_off, lo, hi, pos + 4)
+        m = byte_at(buf, p_start, p_avail, p_off, lo, hi, pos + 4)
         return ((m == 0xFE or m == 0xFF or m == 0xFD or m == 0xFC)
-                and _read(buf, p_start, p_avail, p_off, lo, hi, pos + 5, 3) == 0x534D42)
+                and read_be(buf, p_start, p_avail, p_off, lo, hi, pos + 5, 3) == 0x534D42)
     if kind == 1:
-        v = _read(buf, p_start, p_avail, p_off, lo, hi, pos, 4)
-        t = _byte(buf, p_start, p_avail, p_off, lo, hi, pos + 4)
+        v = read_be(buf, p_start, p_avail, p_off, lo, hi, pos, 4)
+        t = byte_at(buf, p_start, p_avail, p_off, lo, hi, pos + 4)
         return 0 <= v <= MAX_RECORD and (0x6A <= t <= 0x6E or t == 0x7E)
     if kind == 2:
-        v = _read(buf, p_start, p_avail, p_off, lo, hi, pos, 2)
-        flags_hi = _byte(buf, p_start, p_avail, p_off, lo, hi, pos + 4)
-        qd = _read(buf, p_start, p_avail, p_off, lo, hi, pos + 6, 2)
+        v = read_be(buf, p_start, p_avail, p_off, lo, hi, pos, 2)
+        flags_hi = byte_at(buf, p_start, p_avail, p_off, lo, hi, pos + 4)
+        qd = read_be(buf, p_start, p_avail, p_off, lo, hi, pos + 6, 2)
         return v >= 12 and flags_hi >= 0 and ((flags_hi >> 3) & 0xF) in (0, 4, 5) and 0 <= qd <= 1
     if kind == RPC_RECORD_MARK:  # a first fragment holding at least xid and msg_type (RFC 5531 §9)
-        v = _read(buf, p_start, p_avail, p_off, lo, hi, pos, 4)
+        v = read_be(buf, p_start, p_avail, p_off, lo, hi, pos, 4)
         if v < 0 or not 8 <= (v & RPC_FRAGMENT_LENGTH) <= MAX_RPC_FRAGMENT:
             return False
-        mtype = _read(buf, p_start, p_avail, p_off, lo, hi, pos + 8, 4)
+        mtype = read_be(buf, p_start, p_avail, p_off, lo, hi, pos + 8, 4)
         if mtype == RPC_CALL:
-            return (v & RPC_FRAGMENT_LENGTH) >= 12 and _read(buf, p_start, p_avail, p_off, lo, hi, pos + 12,
-                                                              4) == RPC_VERSION
+            return (v & RPC_FRAGMENT_LENGTH) >= 12 and read_be(buf, p_start, p_avail, p_off, lo, hi, pos + 12,
+                                                               4) == RPC_VERSION
         return mtype == RPC_REPLY
     if kind == HTTP:
-        return _http_start(buf, p_start, p_avail, p_off, lo, hi, pos) != 0
+        return http_start(buf, p_start, p_avail, p_off, lo, hi, pos) != 0
     hdr, body, _, _ = _header(3, buf, p_start, p_avail, p_off, lo, hi, pos)
     if hdr < 0:
         return False
-    if _byte(buf, p_start, p_avail, p_off, lo, hi, pos) != 0x30:
+    if byte_at(buf, p_start, p_avail, p_off, lo, hi, pos) != 0x30:
         return True  # TLS / SASL candidates are accepted as they are
-    return _byte(buf, p_start, p_avail, p_off, lo, hi, pos + hdr) == 0x02  # messageID INTEGER
+    return byte_at(buf, p_start, p_avail, p_off, lo, hi, pos + hdr) == 0x02  # messageID INTEGER
 
 
 @njit(cache=True)  # a slice copy may need the runtime (a temporary when source and target could overlap)
@@ -192,7 +161,7 @@ def _copy_span(buf, p_start, p_avail, p_off, lo, hi, x, limit, out_buf, at):
     """Copy the stream bytes [x, limit) to out_buf[at:] while they are captured; the position reached
     (limit, or the first byte missing)."""
     while x < limit:
-        k = _locate(p_start, lo, hi, x)
+        k = locate(p_start, lo, hi, x)
         if k < lo or x >= p_avail[k]:
             break
         y = min(p_avail[k], limit)
@@ -201,17 +170,6 @@ def _copy_span(buf, p_start, p_avail, p_off, lo, hi, x, limit, out_buf, at):
         at += y - x
         x = y
     return x
-
-
-@njit(cache=True, _nrt=False)  # allocates nothing: no refcounting of array args
-def _captured_until(p_start, p_avail, lo, hi, x, stop):
-    """The first stream position in [x, stop) whose byte was not captured, or stop."""
-    while x < stop:
-        k = _locate(p_start, lo, hi, x)
-        if k < lo or x >= p_avail[k]:
-            return x
-        x = p_avail[k]
-    return stop
 
 
 @njit(cache=True)
@@ -229,7 +187,7 @@ def _rpc_record(buf, p_start, p_avail, p_off, lo, hi, pos, end, max_copy, out_bu
     ended = False
     n_frag = 0
     while x < end:
-        v = _read(buf, p_start, p_avail, p_off, lo, hi, x, 4)
+        v = read_be(buf, p_start, p_avail, p_off, lo, hi, x, 4)
         flen = v & RPC_FRAGMENT_LENGTH
         if v < 0 or flen > MAX_RPC_FRAGMENT or wire + flen > MAX_RPC_MESSAGE or n_frag >= MAX_RPC_FRAGMENTS:
             break  # a mark lost in a gap or implausible: the record ends unfinished here
@@ -243,7 +201,7 @@ def _rpc_record(buf, p_start, p_avail, p_off, lo, hi, pos, end, max_copy, out_bu
             copied += reached - body
             copying = reached >= limit  # after a hole later bytes cannot follow contiguously
         if whole:  # past the copy limit (reached == body) only whether it was captured matters
-            whole = _captured_until(p_start, p_avail, lo, hi, reached, body + flen) >= body + flen
+            whole = captured_until(p_start, p_avail, lo, hi, reached, body + flen) >= body + flen
         wire += flen
         n_frag += 1
         x = body + flen
@@ -301,7 +259,7 @@ def frame_messages(kind, buf, p_start, p_avail, p_off, p_frame, p_ts, dir_lo, di
                         break
                     mstart, emit = pos, True
                 elif kind == HTTP:
-                    total = _http_message(buf, p_start, p_avail, p_off, lo, hi, pos, end)
+                    total = http_message(buf, p_start, p_avail, p_off, lo, hi, pos, end)
                     mstart, mlen, emit = pos, total, total >= 0
                 else:
                     hdr, body, moff, emit = _header(kind, buf, p_start, p_avail, p_off, lo, hi, pos)
@@ -312,7 +270,7 @@ def frame_messages(kind, buf, p_start, p_avail, p_off, p_frame, p_ts, dir_lo, di
             need_check = not ended
             if total < 0:
                 # resynchronise at the next piece that starts a plausible message
-                k = _locate(p_start, lo, hi, pos) + 1
+                k = locate(p_start, lo, hi, pos) + 1
                 while k < hi and not _looks_like_start(kind, buf, p_start, p_avail, p_off, lo, hi, p_start[k]):
                     k += 1
                 if k >= hi:
@@ -337,10 +295,10 @@ def frame_messages(kind, buf, p_start, p_avail, p_off, p_frame, p_ts, dir_lo, di
                     x = _copy_span(buf, p_start, p_avail, p_off, lo, hi, mstart, limit, out_buf, used)
                     copied = x - mstart
                     # every byte captured? (checked past the copy limit without copying)
-                    whole = x >= limit and _captured_until(p_start, p_avail, lo, hi, x, mstart + mlen) >= mstart + mlen
-                kf = _locate(p_start, lo, hi, pos)
+                    whole = x >= limit and captured_until(p_start, p_avail, lo, hi, x, mstart + mlen) >= mstart + mlen
+                kf = locate(p_start, lo, hi, pos)
                 last = min(pos + total, end) - 1
-                kl = _locate(p_start, lo, hi, last)
+                kl = locate(p_start, lo, hi, last)
                 m_dir[nm] = d
                 m_stream[nm] = pos
                 m_off[nm] = used
@@ -358,11 +316,6 @@ def frame_messages(kind, buf, p_start, p_avail, p_off, p_frame, p_ts, dir_lo, di
             break
     return (m_dir[:nm], m_stream[:nm], m_off[:nm], m_len[:nm], m_wire[:nm], m_ff[:nm], m_fl[:nm], m_tf[:nm],
             m_tl[:nm], m_all[:nm], resyncs, skipped, gave_up, used, full)
-
-
-# The HTTP framing's kernels live in their own module; they read the stream with the helpers above,
-# so they are imported once those exist (frame_messages resolves them when it is compiled).
-from .framing_http import _http_message, _http_start  # noqa: E402
 
 
 def _flipped(ports) -> pl.Expr:

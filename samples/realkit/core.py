@@ -20,6 +20,9 @@ PREFIX = "hsreal-"
 # the detectors a manifest entry names (silent, below_high)
 ALL_DETECTORS = ["herd", "retry_storm", "smb_break_queue", "tcp_stall", "toctou", "conn_churn", "replay", "saturation",
                  "incast", "replication_conflict"]
+# detectors added after the first scenarios were written: silent on every one of them that names its
+# silent detectors one by one (checked on the recorded captures when they were added)
+ADDED_DETECTORS = ["replay", "saturation", "incast", "replication_conflict"]
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
 

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from . import facts, scen_dns
-from .core import Lab, deb_version, first_packet_time, wait_for
+from .core import ADDED_DETECTORS, Lab, deb_version, first_packet_time, wait_for
 from .eval_common import (ALL_DETECTORS, add_addresses, capture, capture_name, healthy_twin, new_entry,
                           pathological)
 from .scen_dns import AUTH, RESOLVER, probe, start_dnsmasq, start_nsd, Stub
@@ -507,7 +507,7 @@ def build_storm_unbound(lab: Lab, out: Path, healthy: bool) -> dict:
         f"{s['retries']} retries ({s['max_tries_one_lookup']} tries for one lookup at most) from "
         f"{s.get('first_retry_s')} s to {s.get('last_retry_s')} s; nsd resumes at "
         f"{s['upstream_resumed_s']} s."),
-        silent=["smb_break_queue", "tcp_stall", "toctou", "conn_churn"], expect=[dict(
+        silent=["smb_break_queue", "tcp_stall", "toctou", "conn_churn", *ADDED_DETECTORS], expect=[dict(
             detector="retry_storm", kind="dns", min_severity="medium",
             start_s=s.get("first_retry_s", 0.0), tolerance_s=1.0, client="", server=RESOLVER,
             resource=scen_dns.STORM_NAME, count=1, count_tolerance=1,
@@ -520,7 +520,7 @@ def build_storm_unbound(lab: Lab, out: Path, healthy: bool) -> dict:
         f"{s['retries']} retries ({s['max_tries_one_lookup']} tries for one lookup at most) from "
         f"{s.get('first_retry_s')} s to {s.get('last_retry_s')} s; nsd resumes at "
         f"{s['upstream_resumed_s']} s.")
-    entry["silent"] = ["smb_break_queue", "tcp_stall", "toctou", "conn_churn"]
+    entry["silent"] = ["smb_break_queue", "tcp_stall", "toctou", "conn_churn", *ADDED_DETECTORS]
     entry["below_high"] = []
     entry["expect"] = [dict(
         detector="retry_storm", kind="dns", min_severity="medium",

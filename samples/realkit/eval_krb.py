@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from . import facts, scen_krb
-from .core import Lab, deb_version, first_packet_time, join_all, start_threads, wait_for
+from .core import ADDED_DETECTORS, Lab, deb_version, first_packet_time, join_all, start_threads, wait_for
 from .eval_common import capture, capture_name, healthy_twin, new_entry, pathological
 
 KDC = scen_krb.KDC
@@ -263,7 +263,7 @@ def entry_for(r: dict, scenario: str, healthy: bool) -> dict:
            f"in time and tried again ({measured['trace_udp_resends']} UDP resends, "
            f"{measured['trace_tcp_connections']} TCP connections, from their KRB5_TRACE logs)."
            if measured.get("trace_workers_resending") else "")),
-        silent=["smb_break_queue", "tcp_stall", "toctou", "conn_churn"], expect=expect)
+        silent=["smb_break_queue", "tcp_stall", "toctou", "conn_churn", *ADDED_DETECTORS], expect=expect)
 
 
 def build_mit_udp(lab: Lab, out: Path, healthy: bool) -> dict:

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from . import facts, scen_ldap
-from .core import Lab, deb_version, first_packet_time, join_all, start_threads
+from .core import ADDED_DETECTORS, Lab, deb_version, first_packet_time, join_all, start_threads
 from .eval_common import ALL_DETECTORS, capture, capture_name, healthy_twin, new_entry, pathological
 
 SLAPD = scen_ldap.SLAPD
@@ -118,7 +118,7 @@ def build_population(lab: Lab, out: Path, healthy: bool) -> dict:
         f"({measured['service_connections_per_s']:g} new connections/s at the service; slapd "
         f"logged {accepts} ACCEPTs), each carrying bind + one search + unbind; every client "
         f"opens only {r['per_host']} of them, so the churn is the population's, at the service."),
-        silent=["herd", "retry_storm", "smb_break_queue", "tcp_stall", "toctou"], expect=[dict(
+        silent=["herd", "retry_storm", "smb_break_queue", "tcp_stall", "toctou", *ADDED_DETECTORS], expect=[dict(
         detector="conn_churn", kind="churn", min_severity="medium", start_s=measured["first_op_s"],
         tolerance_s=1.0, client="", server=SLAPD, resource=f"{SLAPD}:389", count=1,
         count_tolerance=0,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import facts, scen_smb
-from .core import Lab
+from .core import ADDED_DETECTORS, Lab
 from .eval_common import capture_name, healthy_twin, new_entry, pathological
 
 WAITERS, ACK_DELAY, SPACING = 12, 1.5, 0.1
@@ -45,7 +45,7 @@ def build_queue12(lab: Lab, out: Path, healthy: bool) -> dict:
         f"{br['t_ack'] - br['t_break']:.2f} s; {len(queued)} of the {len(ws)} CREATEs wait "
         f"behind that one break (longest {max(waits):.0f} ms) and complete right after A's "
         "acknowledgment."),
-        silent=["herd", "retry_storm", "tcp_stall", "toctou", "conn_churn"], expect=[dict(
+        silent=["herd", "retry_storm", "tcp_stall", "toctou", "conn_churn", *ADDED_DETECTORS], expect=[dict(
         detector="smb_break_queue", kind="slow_ack", min_severity="medium",
         start_s=round(br["t_break"] - t0, 3), tolerance_s=0.3, client="", server=scen_smb.SMBD,
         resource=scen_smb.share_resource(r["path"]), count=1, count_tolerance=0,

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from . import facts
-from .core import Lab, first_packet_time, join_all, run, start_threads
+from .core import ADDED_DETECTORS, Lab, first_packet_time, join_all, run, start_threads
 from .eval_common import add_addresses, capture, capture_name, healthy_twin, new_entry, pathological
 
 SERVICES = [("10.77.5.1", 8080), ("10.77.5.3", 8443)]
@@ -185,7 +185,7 @@ def build_syn_loss(lab: Lab, out: Path, healthy: bool) -> dict:
         f"{r['drops']}) and connected only after the 1 s initial RTO, on a path whose RTT is "
         f"tens of microseconds; {measured['clients_affected']} of {r['n_hosts']} clients and "
         f"{len(measured['servers_affected'])} services were hit: one systemic cause."),
-        silent=["herd", "retry_storm", "smb_break_queue", "toctou"],
+        silent=["herd", "retry_storm", "smb_break_queue", "toctou", *ADDED_DETECTORS],
         # conn_churn's syn_backlog reads "attempts without a SYN/ACK" at a service: a defensible
         # per-service reading of the same cause, not required and not forbidden
         also_acceptable=["conn_churn/syn_backlog"],

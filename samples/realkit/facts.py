@@ -380,3 +380,176 @@ TOLERANCE["tcp-rto-blackout"] = dict(tcp_connections=0, retransmissions=40,
                                      max_data_gap_ms=600.0, data_gaps_over_300ms=2)
 TOLERANCE["tcp-nagle-delayed-ack"] = dict(tcp_connections=0, retransmissions=2, requests=0,
                                           bodies_held_over_30ms=6)
+
+
+# ------------------------------------------------------------------ Kerberos in GSS-API carriers
+def _krb_messages(path) -> list[dict]:
+    """Kerberos messages one by one (a frame may carry several): outer msg-type (the AP-REQ inside a
+    TGS-REQ's PA-TGS-REQ belongs to the TGS-REQ), error code, whether it went to or came from a KDC
+    (port 88), and the last ``kerberos.cipher`` of an AP-REQ or TGS-REQ: the authenticator's
+    ciphertext (a ticket's enc-part comes first), which only a copy of the same message repeats."""
+    rows = tshark_rows(path, "kerberos", ["ip.src", "kerberos.msg_type", "kerberos.error_code",
+                                          "tcp.srcport", "tcp.dstport", "udp.srcport", "udp.dstport",
+                                          "kerberos.cipher"])
+    out = []
+    for src, types, codes, *ports, ciphers in rows:
+        kdc = "88" in ports
+        types = [t for t in types.split(",") if t]
+        codes = [c for c in codes.split(",") if c]
+        outer = [t for i, t in enumerate(types) if not (t == "14" and i and types[i - 1] == "12")]
+        # several messages in one frame: their ciphers cannot be told apart (not seen in the samples)
+        last_cipher = ciphers.split(",")[-1] if len(outer) == 1 else ""
+        for t in outer:
+            out.append(dict(src=src, type=t, kdc=kdc, cipher=last_cipher if t in ("12", "14") else "",
+                            error=codes.pop(0) if t == "30" and codes else ""))
+    return out
+
+
+def krb5_carrier_replay(path) -> dict:
+    """The KDC exchanges (the keys tests/test_samples_decode.py compares with kerberos_messages) and
+    the AP exchanges inside the carriers (HTTP Negotiate, LDAP SASL GSSAPI): AP-REQs, distinct
+    authenticators among them and the copies beyond the first of each (what the service's replay
+    cache sees), AP-REPs, KRB_AP_ERR_REPEAT (34) errors; TGS-REQs repeated byte for byte (the same
+    PA-TGS-REQ authenticator: what the KDC's lookaside cache sees)."""
+    msgs = _krb_messages(path)
+    kdc = Counter(m["type"] for m in msgs if m["kdc"])
+    err = Counter(m["error"] for m in msgs if m["type"] == "30")
+    ap = [m for m in msgs if m["type"] == "14" and not m["kdc"]]
+    tgs = [m for m in msgs if m["type"] == "12" and m["kdc"]]
+    ap_copies = Counter(m["cipher"] for m in ap if m["cipher"])
+    tgs_copies = Counter(m["cipher"] for m in tgs if m["cipher"])
+    return {"as_req": kdc.get("10", 0), "as_rep": kdc.get("11", 0),
+            "tgs_req": kdc.get("12", 0), "tgs_rep": kdc.get("13", 0),
+            "krb_error_25_preauth_required": err.get("25", 0),
+            "krb_error_24_preauth_failed": err.get("24", 0),
+            "krb_error_6_principal_unknown": err.get("6", 0),
+            "ap_req_in_carriers": len(ap),
+            "ap_rep_in_carriers": sum(1 for m in msgs if m["type"] == "15" and not m["kdc"]),
+            "distinct_authenticators": len(ap_copies),
+            "authenticator_copies": sum(n - 1 for n in ap_copies.values()),
+            "krb_error_34_repeat": err.get("34", 0),
+            "tgs_req_copies": sum(n - 1 for n in tgs_copies.values())}
+
+
+def krb5_http_replay(path) -> dict:
+    d = krb5_carrier_replay(path)
+    req = tshark_rows(path, 'http.request && http.authorization contains "Negotiate"', ["ip.src"])
+    status = Counter(r[0] for r in tshark_rows(path, "http.response", ["http.response.code"]))
+    d.update(http_negotiate_requests=len(req), http_negotiate_clients=len({r[0] for r in req}),
+             http_200=status.get("200", 0), http_401=status.get("401", 0))
+    return d
+
+
+def krb5_replay_ldap_gssapi(path) -> dict:
+    d = krb5_carrier_replay(path)
+    ops = _ldap_ops(path)
+    binds = tshark_rows(path, 'ldap.protocolOp == 0 && ldap.mechanism == "GSSAPI"', ["ldap.mechanism"])
+    d.update(ldap_gssapi_bind_requests=sum(len(r[0].split(",")) for r in binds),
+             ldap_bind_success=sum(1 for o in ops if o["op"] == 1 and o["rc"] == "0"),
+             ldap_bind_sasl_in_progress=sum(1 for o in ops if o["op"] == 1 and o["rc"] == "14"),
+             ldap_bind_invalid_credentials=sum(1 for o in ops if o["op"] == 1 and o["rc"] == "49"))
+    return d
+
+
+FACTS["krb5-http-replay"] = krb5_http_replay
+FACTS["krb5-replay-ldap-gssapi"] = krb5_replay_ldap_gssapi
+_KRB_CARRIER_TOL = dict(as_req=2, as_rep=0, tgs_req=0, tgs_rep=0, krb_error_25_preauth_required=2,
+                        krb_error_24_preauth_failed=0, krb_error_6_principal_unknown=0,
+                        ap_req_in_carriers=0, ap_rep_in_carriers=0, distinct_authenticators=0,
+                        authenticator_copies=0, krb_error_34_repeat=0, tgs_req_copies=0)
+TOLERANCE["krb5-http-replay"] = dict(_KRB_CARRIER_TOL, http_negotiate_requests=0,
+                                     http_negotiate_clients=0, http_200=0, http_401=0)
+TOLERANCE["krb5-replay-ldap-gssapi"] = dict(_KRB_CARRIER_TOL, ldap_gssapi_bind_requests=0,
+                                            ldap_bind_success=0, ldap_bind_sasl_in_progress=0,
+                                            ldap_bind_invalid_credentials=0)
+
+
+# ------------------------------------------------------------------ LDAP replication, saturation
+REPL_PROVIDERS = ("10.77.0.91", "10.77.0.92")   # realkit/scen_ldap_repl.py's P1, P2
+
+
+def ldap_repl_conflict(path) -> dict:
+    """Client writes and what the two providers pushed each other (RFC 4533 Sync State controls in
+    searchResultEntries: state 2 = modify): in a conflict both push the same entry; serialised
+    writes through one provider are pushed by that one only."""
+    ops = _ldap_ops(path)
+    c = Counter(o["op"] for o in ops)
+    rows = tshark_rows(path, "ldap.state", ["ip.src", "ip.dst", "ldap.state", "ldap.entryUUID"])
+    states = [(r[0], r[1], s, u) for r in rows
+              for s, u in zip(r[2].split(","), r[3].split(","))]
+    pushes = [x for x in states if x[0] in REPL_PROVIDERS and x[1] in REPL_PROVIDERS]
+    d = {"modify_requests": c.get(6, 0),
+         "modify_success": sum(1 for o in ops if o["op"] == 7 and o["rc"] == "0"),
+         "search_entries": c.get(4, 0),
+         "sync_info_messages": c.get(25, 0),
+         "sync_state_entries": len(states), "sync_entry_uuids": len({x[3] for x in states})}
+    for i, p in enumerate(REPL_PROVIDERS, 1):
+        d[f"sync_modifies_pushed_by_p{i}"] = sum(1 for x in pushes if x[0] == p and x[2] == "2")
+    return d
+
+
+SATURATION_EDGE_S = 1.0   # the first / last this many seconds of searches, for the latency facts
+
+
+def ldap_saturation(path) -> dict:
+    """Searches sent, answered (searchResultDone, success), entries returned, the clients, the most
+    searches answered within one second, and the median response time (tshark's ldap.time) of the
+    searches answered in the first and in the last SATURATION_EDGE_S seconds of the ramp."""
+    ops = _ldap_ops(path)
+    c = Counter(o["op"] for o in ops)
+    done = tshark_rows(path, "ldap.protocolOp == 5", ["frame.time_relative", "ldap.time"])
+    answered = sorted((float(r[0]), float(t)) for r in done for t in r[1].split(",") if t)
+    per_s = Counter(int(t) for t, _ in answered)
+
+    def median_ms(sel):
+        v = sorted(x for _, x in sel)
+        return round(v[len(v) // 2] * 1000, 2) if v else -1.0
+
+    t0, t1 = (answered[0][0], answered[-1][0]) if answered else (0.0, 0.0)
+    return {"search_requests": c.get(3, 0), "search_done": c.get(5, 0),
+            "search_success": sum(1 for o in ops if o["op"] == 5 and o["rc"] == "0"),
+            "search_entries": c.get(4, 0),
+            "search_clients": len({o["src"] for o in ops if o["op"] == 3}),
+            "max_searches_done_in_1s": max(per_s.values(), default=0),
+            "median_response_ms_first_s": median_ms([a for a in answered if a[0] <= t0 + SATURATION_EDGE_S]),
+            "median_response_ms_last_s": median_ms([a for a in answered if a[0] >= t1 - SATURATION_EDGE_S])}
+
+
+FACTS["ldap-repl-conflict"] = ldap_repl_conflict
+FACTS["ldap-saturation"] = ldap_saturation
+TOLERANCE["ldap-repl-conflict"] = dict(modify_requests=0, modify_success=0, search_entries=4,
+                                       sync_info_messages=6, sync_state_entries=4, sync_entry_uuids=0,
+                                       sync_modifies_pushed_by_p1=2, sync_modifies_pushed_by_p2=2)
+TOLERANCE["ldap-saturation"] = dict(search_requests=400, search_done=400, search_success=400,
+                                    search_entries=400, search_clients=0, max_searches_done_in_1s=60,
+                                    median_response_ms_first_s=10.0, median_response_ms_last_s=150.0)
+
+
+# ------------------------------------------------------------------ TCP incast
+INCAST_CLIENT = "10.77.14.1"   # realkit/scen_incast.py's CLIENT
+INCAST_REQUEST_BYTES = 16      # its REQ: one request per server and round
+RTO_SILENCE_S = 0.15           # below Linux's 200 ms minimum RTO, far above the path's RTT
+ROUND_GAP_S = 0.02             # requests further apart than this start a new round
+
+
+def tcp_incast(path) -> dict:
+    """Servers answering the client, its requests (first copies) and their rounds, and the
+    retransmissions sent after RTO_SILENCE_S or more of silence on their connection (tshark's
+    tcp.time_delta: the flow sat out a retransmission timeout) and the connections that had one."""
+    d = tcp_common(path)
+    data = tshark_rows(path, f"ip.dst == {INCAST_CLIENT} && tcp.len > 0", ["ip.src"])
+    req = tshark_rows(path, f"ip.src == {INCAST_CLIENT} && tcp.len == {INCAST_REQUEST_BYTES} && "
+                      "!tcp.analysis.retransmission", ["frame.time_relative"])
+    times = sorted(float(r[0]) for r in req)
+    rto = tshark_rows(path, "tcp.analysis.retransmission && !tcp.analysis.fast_retransmission && "
+                      f"tcp.time_delta >= {RTO_SILENCE_S}", ["tcp.stream"],
+                      extra=["-o", "tcp.calculate_timestamps:TRUE"])
+    d.update(servers=len({r[0] for r in data}), client_requests=len(times),
+             request_rounds=sum(1 for i, t in enumerate(times) if i == 0 or t - times[i - 1] > ROUND_GAP_S),
+             rto_retransmissions=len(rto), connections_with_rto=len({r[0] for r in rto}))
+    return d
+
+
+FACTS["tcp-incast"] = tcp_incast
+TOLERANCE["tcp-incast"] = dict(tcp_connections=0, retransmissions=150, servers=0, client_requests=0,
+                               request_rounds=0, rto_retransmissions=25, connections_with_rto=8)

@@ -271,9 +271,11 @@ def entry_for(r: dict, scen: str, healthy: bool, twin: str) -> dict:
         f"{m['ideal_round_ms']:.0f} ms of bottleneck time: the round completes only with the slowest flow.")
     entry["silent"] = OTHERS_SILENT
     first = m["slow_round_index"][0] if m["slow_round_index"] else 0
+    # the finding names the client's fan-in as its resource ("client <- servers"); its server is empty
+    # (one server only when a single one timed out)
     entry["expect"] = [dict(
-        detector="incast", min_severity="medium", start_s=max(0.0, m["round_start_s"][first]), tolerance_s=1.0,
-        client=CLIENT, server="", resource="", count=1, count_tolerance=0,
+        detector="incast", kind="incast", min_severity="medium", start_s=max(0.0, m["round_start_s"][first]),
+        tolerance_s=1.0, client=CLIENT, server="", resource=f"{CLIENT} <-", count=1, count_tolerance=0,
         measured=dict(kind="incast", rounds_with_timeouts=m["rounds_with_slow_flows"],
                       server_tcp_timeouts=m["server_tcp_timeouts"], fan_in=m["servers"]))]
     return entry

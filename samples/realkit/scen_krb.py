@@ -16,7 +16,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .core import (ALL_DETECTORS, Capture, Lab, deb_version, first_packet_time, join_all, log,
+from .core import (ADDED_DETECTORS, ALL_DETECTORS, Capture, Lab, deb_version, first_packet_time, join_all, log,
                    start_threads, wait_for)
 
 KDC = "10.77.0.88"
@@ -248,7 +248,7 @@ def build_herd(lab: Lab, out: Path, healthy: bool) -> dict:
         f"{len(wrong)} wrong passwords get KRB-ERROR 24 (PREAUTH_FAILED), the unknown principal "
         f"nosuchuser gets KRB-ERROR 6 (C_PRINCIPAL_UNKNOWN); the {len(ok)} that got a TGT "
         f"immediately send a TGS-REQ for {SERVICE}.")
-    entry["silent"] = ["smb_break_queue", "tcp_stall", "toctou", "conn_churn"]
+    entry["silent"] = ["smb_break_queue", "tcp_stall", "toctou", "conn_churn", *ADDED_DETECTORS]
     entry["expect"] = [
         dict(detector="herd", min_severity="medium", start_s=round(kinit_starts[0] - t0, 3),
              tolerance_s=0.5, client="", server=KDC, resource=f"krbtgt/{REALM}@{REALM}",

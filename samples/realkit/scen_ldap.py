@@ -14,7 +14,7 @@ from pathlib import Path
 import ldap3
 from ldap3.core.exceptions import LDAPException
 
-from .core import (ALL_DETECTORS, Capture, Lab, deb_version, first_packet_time, join_all, log,
+from .core import (ADDED_DETECTORS, ALL_DETECTORS, Capture, Lab, deb_version, first_packet_time, join_all, log,
                    start_threads, wait_for)
 
 SLAPD = "10.77.0.89"
@@ -167,7 +167,7 @@ def build_churn(lab: Lab, out: Path, healthy: bool) -> dict:
             f"{len(rows)} short connections from {r['src']} to {SLAPD}:389 at "
             f"{measured['ops_per_s']}/s, each carrying exactly bind + search + unbind; the "
             "client closes each one, leaving one TIME_WAIT per search on its side.")
-        entry["silent"] = ["herd", "retry_storm", "smb_break_queue", "tcp_stall", "toctou"]
+        entry["silent"] = ["herd", "retry_storm", "smb_break_queue", "tcp_stall", "toctou", *ADDED_DETECTORS]
         entry["expect"] = [dict(
             detector="conn_churn", min_severity="medium", start_s=measured["first_op_s"],
             tolerance_s=1.0, client=r["src"], server=SLAPD, resource=f"{SLAPD}:389", count=1,
@@ -279,7 +279,7 @@ def build_toctou(lab: Lab, out: Path, healthy: bool) -> dict:
         f"instead of {COUNTER_START + len(ok_writes)}: {measured['lost_updates']} lost "
         "update(s), each where both clients read the same value before either wrote it back, "
         "so the same uidNumber was handed out twice.")
-    entry["silent"] = ["herd", "retry_storm", "smb_break_queue", "tcp_stall", "conn_churn"]
+    entry["silent"] = ["herd", "retry_storm", "smb_break_queue", "tcp_stall", "conn_churn", *ADDED_DETECTORS]
     entry["expect"] = []
     for g in lost:
         first_read = min(e[1] for e in g)
