@@ -50,6 +50,15 @@ def explicit_int(buf, a, b, mend):
 
 
 @helper
+def explicit_bits32(buf, a, b, mend):
+    """EXPLICIT BIT STRING of at most 32 bits (KDCOptions, APOptions) as an integer, bit 0 the top."""
+    s, e, st = explicit(buf, a, b, mend, BITS)
+    if st != OK:
+        return np.int64(0), st
+    return read_bits32(buf, s, e)
+
+
+@helper
 def principal(buf, a, b, mend, arena, apos, sp, k):
     """EXPLICIT PrincipalName (§5.2.2) in ``[a, b)`` → name-string components joined with '/'.
     Returns (apos, status)."""
@@ -220,10 +229,7 @@ def ap_req(buf, a, b, mend, f, arena, apos, sp, k_realm, k_sname, top):
                 return apos, st
             f[I_MSG_TYPE] = v
         elif t == C2 and top:
-            cs, ce, st = explicit(buf, fs, fe, mend, BITS)
-            if st != OK:
-                return apos, st
-            v, st = read_bits32(buf, cs, ce)
+            v, st = explicit_bits32(buf, fs, fe, mend)
             if st != OK:
                 return apos, st
             f[I_AP_OPTIONS] = v

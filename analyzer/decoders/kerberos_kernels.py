@@ -12,9 +12,10 @@ from numba import njit
 from . import ber
 from . import kerberos_layout as L
 from .ber import (ARENA_FULL, BAD_VALUE, MISSING, NOT_PROTOCOL, NULL, OK, TRAILING, TRUNCATED, UNEXPECTED, helper,
-                  put_byte, put_int, put_slot, read_bits32, read_int, read_time, read_tlv, read_tlv_partial)
-from .kerberos_fields import ap_req, explicit, explicit_encrypted, explicit_int, fail, padata, principal, ticket
-from .kerberos_layout import (ANY_STRING, APPLICATION_CONSTRUCTED, BITS, C0, C1, C2, C3, C4, C5, C6, C7, C8, C9, C10,
+                  put_byte, put_int, put_slot, read_int, read_time, read_tlv, read_tlv_partial)
+from .kerberos_fields import (ap_req, explicit, explicit_bits32, explicit_encrypted, explicit_int, fail, padata, principal,
+                              ticket)
+from .kerberos_layout import (ANY_STRING, APPLICATION_CONSTRUCTED, C0, C1, C2, C3, C4, C5, C6, C7, C8, C9, C10,
                               C11, C12, COMMA, GTIME, I_APP, I_CTIME, I_ENC_ETYPE, I_ENC_KVNO, I_ERROR_CODE,
                               I_KDC_OPTIONS, I_MSG_TYPE, I_NONCE, I_PREAUTH, I_PVNO, I_STATUS, I_STIME, I_TILL, INT,
                               N_INTS, N_STRS, NO, OCTETS, S_CNAME, S_CREALM, S_ETEXT, S_ETYPES, S_PADATA, S_REALM,
@@ -34,10 +35,7 @@ def _req_body(buf, s, e, mend, f, arena, apos, sp):
             return apos, st
         p = fe
         if t == C0:
-            cs, ce, st = explicit(buf, fs, fe, mend, BITS)
-            if st != OK:
-                return apos, st
-            v, st = read_bits32(buf, cs, ce)
+            v, st = explicit_bits32(buf, fs, fe, mend)
             if st != OK:
                 return apos, st
             f[I_KDC_OPTIONS] = v

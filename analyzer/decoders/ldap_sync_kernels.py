@@ -12,7 +12,8 @@ import numpy as np
 from numba import njit
 
 from . import ber
-from .ber import NULL, OK, TEXT, TRUNCATED, UNEXPECTED, helper, put_utf8, read_bool, read_int, read_tlv, read_tlv_partial
+from .ber import (NULL, OK, TEXT, TRUNCATED, UNEXPECTED, helper, put_slot, put_utf8, read_bool, read_int, read_tlv,
+                  read_tlv_partial)
 from .ldap_layout import (APP_CONSTRUCTED, APP_PRIMITIVE, BOOL, CONTROLS, ENUM, INT, K_LDAP, K_SASL_LDAP, OCTETS,
                           SEQ, SET_)
 from .ldap_read import expect
@@ -78,22 +79,10 @@ def _same(buf, s, e, want, fold):
 
 
 @helper
-def _slot(buf, s, e, arena, apos, sp, k):
-    if apos < 0:
-        return -1
-    sp[2 * k] = apos
-    apos = put_utf8(arena, apos, buf, s, e - s, TEXT)
-    if apos < 0:
-        return -1
-    sp[2 * k + 1] = apos - sp[2 * k]
-    return apos
-
-
-@helper
 def _uuid(buf, s, e, arena, apos, sp, k):
     """A 16-octet syncUUID as RFC 4122 text (8-4-4-4-12, lower case); other lengths as escaped text."""
     if e - s != UUID_OCTETS:
-        return _slot(buf, s, e, arena, apos, sp, k)
+        return put_slot(buf, s, e, arena, apos, sp, k)
     if apos < 0 or apos + GUID_TEXT > arena.shape[0]:
         return -1
     sp[2 * k] = apos
@@ -128,7 +117,7 @@ def _cnf(buf, s, e, f, arena, apos, sp):
             ge = g
             while ge < e and ge - g < GUID_TEXT and buf[ge] != 0x2C:  # up to the next RDN's comma
                 ge += 1
-            return _slot(buf, g, ge, arena, apos, sp, T_CNF_GUID)
+            return put_slot(buf, g, ge, arena, apos, sp, T_CNF_GUID)
     return apos
 
 
@@ -140,7 +129,7 @@ def _cookie_and_flag(buf, p, e, mend, f, arena, apos, sp, flag_field):
         if st != OK:
             return apos, st
         if t == OCTETS:
-            apos = _slot(buf, cs, ce, arena, apos, sp, T_COOKIE)
+            apos = put_slot(buf, cs, ce, arena, apos, sp, T_COOKIE)
         elif t == BOOL:
             v, st = read_bool(buf, cs, ce)
             if st != OK:
@@ -172,7 +161,7 @@ def _sync_info(buf, s, e, mend, f, arena, apos, sp):
         return apos, st
     if t == INFO_NEWCOOKIE:
         f[Q_INFO] = 0
-        return _slot(buf, cs, ce, arena, apos, sp, T_COOKIE), OK
+        return put_slot(buf, cs, ce, arena, apos, sp, T_COOKIE), OK
     if t == INFO_REFRESH_DELETE or t == INFO_REFRESH_PRESENT:
         f[Q_INFO] = 1 if t == INFO_REFRESH_DELETE else 2
         f[Q_REFRESH_DONE] = 1  # refreshDone BOOLEAN DEFAULT TRUE
@@ -212,7 +201,7 @@ def _control_value(buf, kind, s, e, mend, f, arena, apos, sp):
         cs, ce, p, st = expect(buf, p, se, mend, OCTETS)
         if st != OK:
             return apos, st
-        apos = _slot(buf, cs, ce, arena, apos, sp, T_COOKIE)
+        apos = put_slot(buf, cs, ce, arena, apos, sp, T_COOKIE)
     return apos, OK
 
 
@@ -313,9 +302,9 @@ def _attributes(buf, p, e, mend, row, modify, f, arena, apos, sp, c_row, c_ints,
                         return -1, nc, OK
                     c_spans[3, nc] = apos - c_spans[2, nc]
                     if _same(buf, ns, ne, ENTRY_CSN, True):
-                        apos = _slot(buf, a, b, arena, apos, sp, T_CSN)
+                        apos = put_slot(buf, a, b, arena, apos, sp, T_CSN)
                     elif _same(buf, ns, ne, ENTRY_UUID, True):
-                        apos = _slot(buf, a, b, arena, apos, sp, T_UUID_ATTR)
+                        apos = put_slot(buf, a, b, arena, apos, sp, T_UUID_ATTR)
                     if apos < 0:
                         return -1, nc, OK
                 nv += 1
@@ -359,7 +348,7 @@ def _one(buf, s, mend, row, f, sp, arena, apos, c_row, c_ints, c_hash, c_spans, 
     f[Q_OP] = num
     st = OK
     if num == OP_DEL:
-        apos = _slot(buf, os_, oe, arena, apos, sp, T_DN)
+        apos = put_slot(buf, os_, oe, arena, apos, sp, T_DN)
     elif num == OP_INTERMEDIATE:
         q = os_
         info = False
@@ -385,7 +374,7 @@ def _one(buf, s, mend, row, f, sp, arena, apos, c_row, c_ints, c_hash, c_spans, 
           or num == OP_MODDN) and cls == APP_CONSTRUCTED:
         ds, de, q, st = expect(buf, os_, oe, mend, OCTETS)
         if st == OK:
-            apos = _slot(buf, ds, de, arena, apos, sp, T_DN)
+            apos = put_slot(buf, ds, de, arena, apos, sp, T_DN)
             if num == OP_ENTRY:
                 apos = _cnf(buf, ds, de, f, arena, apos, sp)
             if num == OP_ENTRY or num == OP_MODIFY or num == OP_ADD:

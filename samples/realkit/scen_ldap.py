@@ -44,20 +44,21 @@ def _ldif() -> str:
     return "\n".join(out)
 
 
+def slapd_conf_head(d, *, schemas=("core", "cosine", "inetorgperson"), modules=("back_mdb",),
+                    loglevel: str = "stats") -> str:
+    """The global part of a slapd.conf in directory ``d``: schemas, pid/args files, modules, log level
+    (every slapd of the scenarios starts with it; the database section follows)."""
+    lines = [f"include /etc/ldap/schema/{s}.schema" for s in schemas]
+    lines += [f"pidfile {d}/slapd.pid", f"argsfile {d}/slapd.args", "modulepath /usr/lib/ldap"]
+    lines += [f"moduleload {m}" for m in modules] + [f"loglevel {loglevel}"]
+    return "\n".join(lines) + "\n"
+
+
 def start_slapd(lab: Lab, ns) -> subprocess.Popen:
     d = lab.workdir / "slapd"
     (d / "db").mkdir(parents=True, exist_ok=True)
     conf = d / "slapd.conf"
-    conf.write_text(f"""include /etc/ldap/schema/core.schema
-include /etc/ldap/schema/cosine.schema
-include /etc/ldap/schema/inetorgperson.schema
-include /etc/ldap/schema/nis.schema
-pidfile {d}/slapd.pid
-argsfile {d}/slapd.args
-modulepath /usr/lib/ldap
-moduleload back_mdb
-loglevel stats
-database mdb
+    conf.write_text(slapd_conf_head(d, schemas=("core", "cosine", "inetorgperson", "nis")) + f"""database mdb
 suffix "{BASE}"
 rootdn "{ADMIN}"
 rootpw {ADMIN_PW}

@@ -30,6 +30,7 @@ from ldap3.core.exceptions import LDAPException
 
 from .core import ALL_DETECTORS, Lab, deb_version, first_packet_time, log, wait_for
 from .eval_common import capture
+from .scen_ldap import slapd_conf_head
 
 P1, P2 = "10.77.0.91", "10.77.0.92"
 CLIENTS = ("10.77.3.1", "10.77.3.2")
@@ -58,16 +59,7 @@ def _ldif() -> str:
 
 
 def _conf(d: Path, sid: int, other: str) -> str:
-    return f"""include /etc/ldap/schema/core.schema
-include /etc/ldap/schema/cosine.schema
-include /etc/ldap/schema/inetorgperson.schema
-pidfile {d}/slapd.pid
-argsfile {d}/slapd.args
-modulepath /usr/lib/ldap
-moduleload back_mdb
-moduleload syncprov
-loglevel stats sync
-serverID {sid}
+    return slapd_conf_head(d, modules=("back_mdb", "syncprov"), loglevel="stats sync") + f"""serverID {sid}
 database mdb
 suffix "{BASE}"
 rootdn "{ADMIN}"

@@ -30,6 +30,7 @@ from ldap3.core.exceptions import LDAPException
 
 from .core import ALL_DETECTORS, Capture, Lab, deb_version, first_packet_time, log, wait_for
 from .scen_krb import REALM, start_mit_kdc
+from .scen_ldap import slapd_conf_head
 
 KDC = "10.77.0.88"
 SLAPD = "10.77.0.89"
@@ -63,16 +64,8 @@ def setup(lab: Lab, rcache: bool = True) -> dict:
     use_rcache, rcache = rcache, lab.workdir / "rcache"
     rcache.mkdir()
     conf = sd / "slapd.conf"
-    conf.write_text(f"""include /etc/ldap/schema/core.schema
-include /etc/ldap/schema/cosine.schema
-include /etc/ldap/schema/inetorgperson.schema
-pidfile {sd}/slapd.pid
-argsfile {sd}/slapd.args
-modulepath /usr/lib/ldap
-moduleload back_mdb
-sasl-host {SLAPD}
+    conf.write_text(slapd_conf_head(sd) + f"""sasl-host {SLAPD}
 sasl-realm {REALM}
-loglevel stats
 database mdb
 suffix "{BASE}"
 rootdn "cn=admin,{BASE}"

@@ -67,15 +67,7 @@ def start_slapd(lab: Lab, ns, threads: int = SLAPD_THREADS, n_entries: int = N_E
     d = lab.workdir / "slapd"
     (d / "db").mkdir(parents=True, exist_ok=True)
     conf = d / "slapd.conf"
-    conf.write_text(f"""include /etc/ldap/schema/core.schema
-include /etc/ldap/schema/cosine.schema
-include /etc/ldap/schema/inetorgperson.schema
-pidfile {d}/slapd.pid
-argsfile {d}/slapd.args
-modulepath /usr/lib/ldap
-moduleload back_mdb
-loglevel none
-threads {threads}
+    conf.write_text(scen_ldap.slapd_conf_head(d, loglevel="none") + f"""threads {threads}
 sizelimit unlimited
 database mdb
 suffix "{BASE}"
