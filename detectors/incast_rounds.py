@@ -26,16 +26,25 @@ FLOW_SCHEMA = {
 }
 
 
-def _episodes(capture, res: float) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """(linked segments, per-connection info, rto episodes) exactly as tcp_stall computes them, with
-    its default parameters (so that a timed-out flow here is an rto episode there)."""
+def _episodes(seg: pl.DataFrame, conns: pl.DataFrame, res: float) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """(request/response turns, per-connection info, rto episodes) exactly as tcp_stall computes them,
+    with its default parameters (so that a timed-out flow here is an rto episode there), in
+    tcp_stall's batches of whole connections (everything here is per connection)."""
     tp = tcp_stall.Params()
-    s, info = tcp_stall.linked_segments(tcp_stall.all_segments(capture), capture.frame("connections"), tp, res)
-    eps = ep.rto(s, tp, res)
-    if eps.height:
-        # the server's data episodes only: the answers that sat out the timer
-        eps = eps.filter((pl.col("kind") == "rto") & ~pl.col("from_client") & ~pl.col("syn").fill_null(False))
-    return s, info, eps
+    turns, infos, episodes = [], [], []
+    for batch_segments, batch_conns in tcp_stall.segment_batches(seg, conns):
+        s, info = tcp_stall.linked_segments(batch_segments, batch_conns, tp, res)
+        eps = ep.rto(s, tp, res)
+        if eps.height:
+            # the server's data episodes only: the answers that sat out the timer
+            episodes.append(eps.filter((pl.col("kind") == "rto") & ~pl.col("from_client")
+                                       & ~pl.col("syn").fill_null(False)))
+        turns.append(_turns(s))
+        infos.append(info)
+    if not infos:
+        return pl.DataFrame(), pl.DataFrame(), pl.DataFrame()
+    eps = pl.concat(episodes, how="diagonal_relaxed") if episodes else pl.DataFrame()
+    return pl.concat(turns, how="diagonal_relaxed"), pl.concat(infos, how="diagonal_relaxed"), eps
 
 
 def _turns(s: pl.DataFrame) -> pl.DataFrame:
@@ -100,8 +109,7 @@ def flows(capture, p) -> pl.DataFrame:
     if seg.height == 0 or conns.height == 0:
         return pl.DataFrame(schema=FLOW_SCHEMA)
     res = resolution_ns(capture)
-    s, info, eps = _episodes(capture, res)
-    t = _turns(s)
+    t, info, eps = _episodes(seg, conns, res)
     if t.height == 0:
         return pl.DataFrame(schema=FLOW_SCHEMA)
     t = t.join(info.select("conn", "client", "server", "server_ep", "client_ep", "rtt", "both_directions"),

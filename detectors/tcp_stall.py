@@ -346,10 +346,13 @@ def _metric() -> tuple[pl.Expr, ...]:
             pl.when(spurious).then(pl.lit("retransmissions")).otherwise(pl.lit("ms")).alias("unit"))
 
 
-def all_segments(capture) -> pl.DataFrame:
-    """Every segment of the capture as :func:`linked_segments` takes them (one batch of all connections)."""
-    seg = _indexed(capture.frame("tcp_segments"))
-    return _segments(seg, (0, int(seg["conn"].max() or 0)))
+def segment_batches(seg: pl.DataFrame, conns: pl.DataFrame):
+    """(segments, connections) of consecutive batches of whole connections of tcp_segments ``seg`` and
+    the connections frame ``conns``, about BATCH_SEGMENTS segments each, the segments as
+    :func:`linked_segments` takes them: the working set is a batch's, not the capture's (issue 13)."""
+    seg = _indexed(seg)
+    for batch in _batches(seg, BATCH_SEGMENTS):
+        yield _segments(seg, batch), conns.filter(pl.col("conn").is_between(*batch))
 
 
 def linked_segments(s: pl.DataFrame, conns: pl.DataFrame, p: Params, res: float) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -386,18 +389,15 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
     if seg.height == 0 or conns.height == 0:
         return empty_findings()
     res = resolution_ns(capture)
-    seg = _indexed(seg)
     last_seg_ts = seg["ts_ns"].max()
     if last_seg_ts is None:
         return empty_findings()
     # Everything below is per connection but the capture's silences, so the connections are taken in
-    # batches (whole connections, BATCH_SEGMENTS segments): the working set is a batch's, not the
-    # capture's (issue 13); each batch's resumes are kept for the silences.
+    # batches (segment_batches); each batch's resumes are kept for the silences.
     kinds: list[list[pl.DataFrame]] = [[] for _ in range(5)]
     infos, resumes = [], []
-    for batch in _batches(seg, BATCH_SEGMENTS):
-        parts, info, resume = _batch_episodes(_segments(seg, batch), conns.filter(pl.col("conn").is_between(*batch)),
-                                              p, res)
+    for batch_segments, batch_conns in segment_batches(seg, conns):
+        parts, info, resume = _batch_episodes(batch_segments, batch_conns, p, res)
         for k, part in enumerate(parts):
             kinds[k].append(part)
         infos.append(info)
