@@ -210,7 +210,7 @@ def message_direction(proto: Protocol):
     return getattr(importlib.import_module(module), name)
 
 
-def protocol_message_sets(cap, proto: Protocol) -> list[MessageSet]:
+def protocol_message_sets(cap, proto: Protocol, *, only_conns=None) -> list[MessageSet]:
     """A protocol's messages, from its declaration: UDP datagrams to or from its ``udp_ports`` and TCP
     messages framed with its ``tcp_framing`` on its ``tcp_ports`` (see ``analyzer.tcp.framing``), the
     client side (``from_client``, and so the orientation of UDP flows) decided by its ``client_side``
@@ -221,12 +221,15 @@ def protocol_message_sets(cap, proto: Protocol) -> list[MessageSet]:
     - "connection_initiator": TCP: the connection's client as analyzer.tcp decides it (the SYN sender;
       without the handshake the SYN/ACK's receiver, else the higher port); UDP: "service_port".
     - "message": the decoder's ``message_direction`` function reads each message's bytes.
+
+    ``only_conns``: of TCP, only these connections (``tcp_messages``); UDP is always whole.
     """
     direction = message_direction(proto) if proto.client_side == "message" else None
     sets = udp_messages(cap, set(proto.udp_ports), direction=direction) if proto.udp_ports else []
     if proto.tcp_ports:
         tcp_rule = "service_port" if proto.client_side == "service_port" else "connection_initiator"
-        tcp_sets = tcp_messages(cap, proto.tcp_framing, set(proto.tcp_ports), client_side=tcp_rule)
+        tcp_sets = tcp_messages(cap, proto.tcp_framing, set(proto.tcp_ports), client_side=tcp_rule,
+                                only_conns=only_conns)
         if direction is not None:  # per message; ms.stats keeps analyzer.tcp's orientation (MessageSet)
             tcp_sets = [MessageSet(ms.frame.with_columns(pl.Series("from_client", _direction_of(direction, ms))),
                                    ms.buf, ms.stats) for ms in tcp_sets]

@@ -399,7 +399,7 @@ def _build_messages(cap) -> pl.DataFrame:
 
 
 # kerberos_ap's kdc carrier: the AP-REQ in the PA-TGS-REQ padata of each TGS-REQ (RFC 4120 §5.4.1)
-register_token_source("kdc", carrier_source(message_sets, "kerberos_messages", pl.col("message") == "TGS-REQ",
+register_token_source("kdc", carrier_source(PROTOCOL, "kerberos_messages", pl.col("message") == "TGS-REQ",
                                             kdc_tokens))
 
 

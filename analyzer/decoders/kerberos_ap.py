@@ -47,6 +47,7 @@ import pyarrow as pa
 
 from ..capture import frame_builder
 from ..message_set import TRANSPORTS, MessageSet
+from ..messages import protocol_message_sets
 from ..schema import FRAMES, Column, column, empty_frame, polars_type
 from . import ber
 from . import gssapi as G
@@ -56,6 +57,7 @@ from .kerberos_codes import ERROR_CODES
 from .kerberos_layout import (I_AP_OPTIONS, I_APP, I_AUTH_CIPHER_END, I_AUTH_CIPHER_START, I_ENC_ETYPE,
                               I_ENC_KVNO, I_ERROR_CODE, I_PVNO, I_STATUS, I_TICKET_ETYPE, I_TICKET_KVNO,
                               N_INTS, N_STRS, STR_NAMES)
+from .protocol import Protocol
 
 CARRIERS = ("kdc", "smb2", "ldap", "http")
 CARRIER_ENUM = pl.Enum(list(CARRIERS))
@@ -278,19 +280,22 @@ def _token_sets(sets: list[MessageSet], kernel) -> list[MessageSet]:
     return out
 
 
-def carrier_source(message_sets: Callable, messages_frame: str, wanted: pl.Expr, kernel) -> Callable:
-    """A token source (module doc) for a carrier: ``message_sets(cap)`` are its message sets and
-    ``kernel`` (one of :mod:`.kerberos_ap_carriers`') finds the tokens in them; a capture none of
-    whose ``messages_frame`` rows match ``wanted`` (the messages that can carry a token) has none."""
+def carrier_source(protocol: Protocol, messages_frame: str, wanted: pl.Expr, kernel) -> Callable:
+    """A token source (module doc) for a carrier: the message sets of ``protocol`` and ``kernel`` (one of
+    :mod:`.kerberos_ap_carriers`') finds the tokens in them; a capture none of whose ``messages_frame``
+    rows match ``wanted`` (the messages that can carry a token) has none. Of TCP only the connections
+    with such a message are framed again (a capture's SMB2 or LDAP streams are mostly not binds)."""
     def source(cap) -> list[MessageSet]:
-        if cap.frame(messages_frame).filter(wanted).height == 0:
+        candidates = cap.frame(messages_frame).filter(wanted)
+        if candidates.height == 0:
             return []
-        return _token_sets(message_sets(cap), kernel)
+        conns = candidates.filter(pl.col("transport") == "tcp")["flow"].unique()
+        return _token_sets(protocol_message_sets(cap, protocol, only_conns=conns), kernel)
     return source
 
 
-register_token_source("smb2", carrier_source(smb2.message_sets, "smb2_messages",
+register_token_source("smb2", carrier_source(smb2.PROTOCOL, "smb2_messages",
                                               pl.col("command") == "SESSION_SETUP", K.smb2_tokens))
-register_token_source("ldap", carrier_source(ldap.message_sets, "ldap_messages",
+register_token_source("ldap", carrier_source(ldap.PROTOCOL, "ldap_messages",
                                               (pl.col("auth") == "sasl") | (pl.col("op") == "bindResponse"),
                                               K.ldap_tokens))

@@ -348,8 +348,10 @@ TCP_CLIENT_SIDE_RULES = ("service_port", "connection_initiator")  # what TCP can
 
 
 def tcp_messages(cap, framing: str, service_ports: set[int], *, max_copy: int | None = None,
-                 client_side: str = "service_port") -> list[MessageSet]:
-    """Messages of the TCP connections to or from ``service_ports``, framed with ``framing``.
+                 client_side: str = "service_port", only_conns=None) -> list[MessageSet]:
+    """Messages of the TCP connections to or from ``service_ports``, framed with ``framing``; with
+    ``only_conns`` (connection ids), of those connections only (each is framed on its own, so its
+    messages are the same either way).
 
     ``client_side`` decides ``from_client``: "service_port", the side sending to a service port (the
     lower one when both ends use one; the same port at both ends: as "connection_initiator");
@@ -362,6 +364,8 @@ def tcp_messages(cap, framing: str, service_ports: set[int], *, max_copy: int | 
     conns = cap.frame("connections")
     ports = pl.Series(sorted(service_ports), dtype=pl.UInt16).implode()
     wanted = conns.filter(pl.col("server_port").is_in(ports) | pl.col("client_port").is_in(ports))
+    if only_conns is not None:
+        wanted = wanted.filter(pl.col("conn").is_in(pl.Series(only_conns, dtype=wanted["conn"].dtype).implode()))
     if wanted.height == 0:
         return []
     conn_ids = wanted["conn"].implode()
