@@ -575,6 +575,18 @@ def put_utf8(arena, pos, src, start, n, mode):
 
 
 @helper
+def bytes_equal(buf, s, e, want, fold_ascii):
+    """Whether ``buf[s:e]`` is ``want`` (OID octets, a name); ``fold_ascii``: A-Z match lower-case ``want``."""
+    if e - s != want.shape[0]:
+        return False
+    for k in range(e - s):
+        b = buf[s + k]
+        if b != want[k] and not (fold_ascii and 0x41 <= b <= 0x5A and b + 0x20 == want[k]):
+            return False
+    return True
+
+
+@helper
 def put_slot(buf, s, e, arena, apos, sp, k):
     """Escape ``buf[s:e]`` (UTF-8 kept, other bytes escaped) into the arena as string slot ``k``:
     ``sp[2k]`` its start, ``sp[2k+1]`` its length. Returns the new position, -1 when the arena is full."""

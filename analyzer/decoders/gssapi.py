@@ -31,7 +31,7 @@ import numpy as np
 from numba import njit
 
 from . import ber
-from .ber import BAD_LENGTH, OK, TRUNCATED, UNEXPECTED, helper, read_tlv, read_tlv_partial
+from .ber import BAD_LENGTH, OK, TRUNCATED, UNEXPECTED, bytes_equal, helper, read_tlv, read_tlv_partial
 
 # --- mechanisms: DER contents of the OIDs (X.690 §8.19) --------------------------------------------
 MECH_NONE = np.int64(0)  # a bare Kerberos message, no mechanism said
@@ -75,22 +75,12 @@ N_G = 7
 
 
 @helper
-def _same(buf, s, e, oid):
-    if e - s != oid.shape[0]:
-        return False
-    for k in range(e - s):
-        if buf[s + k] != oid[k]:
-            return False
-    return True
-
-
-@helper
 def _mech(buf, s, e):
-    if _same(buf, s, e, OID_KRB5):
+    if bytes_equal(buf, s, e, OID_KRB5, False):
         return MECH_KRB5
-    if _same(buf, s, e, OID_MS_KRB5):
+    if bytes_equal(buf, s, e, OID_MS_KRB5, False):
         return MECH_MS_KRB5
-    if _same(buf, s, e, OID_KRB5_U2U):
+    if bytes_equal(buf, s, e, OID_KRB5_U2U, False):
         return MECH_KRB5_U2U
     return MECH_OTHER
 
@@ -118,7 +108,7 @@ def _framed(buf, s, mend, g):
     if t != OID:
         g[G_STATUS] = UNEXPECTED
         return False, cs, ce
-    if _same(buf, os_, oe, OID_SPNEGO):
+    if bytes_equal(buf, os_, oe, OID_SPNEGO, False):
         return True, oe, ce
     mech = _mech(buf, os_, oe)
     g[G_MECH] = mech

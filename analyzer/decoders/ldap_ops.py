@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from . import ber
 from . import ldap_layout as L
-from .ber import (ARENA_FULL, BAD_VALUE, OK, TEXT, TRAILING, UNEXPECTED, helper, put_byte, put_int,
-                  put_slot, put_utf8, read_bool, read_int, read_tlv_partial)
+from .ber import (ARENA_FULL, BAD_VALUE, OK, TEXT, TRAILING, UNEXPECTED, bytes_equal, helper, put_byte,
+                  put_int, put_slot, put_utf8, read_bool, read_int, read_tlv_partial)
 from .ldap_filter import render_filter
 from .ldap_layout import (APP_CONSTRUCTED, APP_PRIMITIVE, BOOL, CANCEL_OID_BYTES, COMMA, CTX_PRIMITIVE, ENUM,
                           I_ABANDON_ID, I_ATTR_COUNT, I_AUTH, I_CRED_LEN, I_DELETE_OLD_RDN, I_DEREF, I_OP, I_RESULT,
@@ -47,12 +47,7 @@ def _result(buf, p, e, mend, f, arena, apos, sp):
 
 @helper
 def _is_cancel(buf, s, e):
-    if e - s != CANCEL_OID_BYTES.shape[0]:
-        return False
-    for k in range(e - s):
-        if buf[s + k] != CANCEL_OID_BYTES[k]:
-            return False
-    return True
+    return bytes_equal(buf, s, e, CANCEL_OID_BYTES, False)
 
 
 

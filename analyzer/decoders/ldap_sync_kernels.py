@@ -12,8 +12,8 @@ import numpy as np
 from numba import njit
 
 from . import ber
-from .ber import (NULL, OK, TEXT, TRUNCATED, UNEXPECTED, helper, put_slot, put_utf8, read_bool, read_int, read_tlv,
-                  read_tlv_partial)
+from .ber import (NULL, OK, TEXT, TRUNCATED, UNEXPECTED, bytes_equal, helper, put_slot, put_utf8, read_bool, read_int,
+                  read_tlv, read_tlv_partial)
 from .ldap_layout import (APP_CONSTRUCTED, APP_PRIMITIVE, BOOL, CONTROLS, ENUM, INT, K_LDAP, K_SASL_LDAP, OCTETS,
                           SEQ, SET_)
 from .ldap_read import expect
@@ -63,19 +63,6 @@ def fail(f, status):
     if f[Q_STATUS] == OK:
         f[Q_STATUS] = status
     return status
-
-
-@helper
-def _same(buf, s, e, want, fold):
-    if e - s != want.shape[0]:
-        return False
-    for k in range(e - s):
-        b = buf[s + k]
-        if fold and 0x41 <= b <= 0x5A:
-            b += 0x20
-        if b != want[k]:
-            return False
-    return True
 
 
 @helper
@@ -216,11 +203,11 @@ def _controls(buf, p, e, mend, f, arena, apos, sp):
         if st != OK:
             return apos, st
         kind = np.int64(0)
-        if _same(buf, ts_, te, SYNC_REQUEST_OID, False):
+        if bytes_equal(buf, ts_, te, SYNC_REQUEST_OID, False):
             kind = CTRL_REQUEST
-        elif _same(buf, ts_, te, SYNC_STATE_OID, False):
+        elif bytes_equal(buf, ts_, te, SYNC_STATE_OID, False):
             kind = CTRL_STATE
-        elif _same(buf, ts_, te, SYNC_DONE_OID, False):
+        elif bytes_equal(buf, ts_, te, SYNC_DONE_OID, False):
             kind = CTRL_DONE
         if kind == 0:
             continue
@@ -301,9 +288,9 @@ def _attributes(buf, p, e, mend, row, modify, f, arena, apos, sp, c_row, c_ints,
                     if apos < 0:
                         return -1, nc, OK
                     c_spans[3, nc] = apos - c_spans[2, nc]
-                    if _same(buf, ns, ne, ENTRY_CSN, True):
+                    if bytes_equal(buf, ns, ne, ENTRY_CSN, True):
                         apos = put_slot(buf, a, b, arena, apos, sp, T_CSN)
-                    elif _same(buf, ns, ne, ENTRY_UUID, True):
+                    elif bytes_equal(buf, ns, ne, ENTRY_UUID, True):
                         apos = put_slot(buf, a, b, arena, apos, sp, T_UUID_ATTR)
                     if apos < 0:
                         return -1, nc, OK
@@ -358,7 +345,7 @@ def _one(buf, s, mend, row, f, sp, arena, apos, c_row, c_ints, c_hash, c_spans, 
                 break
             q = b
             if t3 == IR_NAME:
-                info = _same(buf, a, b, SYNC_INFO_OID, False)
+                info = bytes_equal(buf, a, b, SYNC_INFO_OID, False)
                 if info:
                     f[Q_CTRL] |= CTRL_INFO
             elif t3 == IR_VALUE and info:
