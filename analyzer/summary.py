@@ -42,10 +42,10 @@ from .resolution import capture_tick
 # declares (the decoders' own come from their declarations: services()).
 OTHER_SERVICES = {
     20: "ftp-data", 21: "ftp", 22: "ssh", 23: "telnet", 25: "smtp", 67: "dhcp", 68: "dhcp",
-    69: "tftp", 80: "http", 110: "pop3", 111: "rpcbind", 123: "ntp", 135: "dcerpc",
+    69: "tftp", 80: "http", 110: "pop3", 123: "ntp", 135: "dcerpc",
     137: "nbns", 138: "nbdgm", 143: "imap", 161: "snmp", 162: "snmptrap",
     443: "https", 514: "syslog",
-    853: "dns-over-tls", 993: "imaps", 995: "pop3s", 1812: "radius", 1813: "radius-acct", 2049: "nfs",
+    853: "dns-over-tls", 993: "imaps", 995: "pop3s", 1812: "radius", 1813: "radius-acct",
     3306: "mysql", 3389: "rdp", 5060: "sip", 5353: "mdns",
     5355: "llmnr", 5432: "postgresql", 6379: "redis", 8080: "http-alt", 8443: "https-alt",
 }

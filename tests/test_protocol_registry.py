@@ -26,32 +26,33 @@ ROOT = os.path.join(os.path.dirname(__file__), "..")
 
 def test_registry_lists_the_decoder_modules_once():
     names = [p.name for p in registry.protocols()]
-    assert names == list(registry.PROTOCOL_MODULES) == ["dns", "kerberos", "ldap", "smb2", "rocev2", "http"]
+    assert names == list(registry.PROTOCOL_MODULES) == ["dns", "kerberos", "ldap", "smb2", "nfs", "rocev2", "http"]
     for p in registry.protocols():
         module = importlib.import_module(f"analyzer.decoders.{p.name}")
         assert module.PROTOCOL is p
         assert registry.protocol(p.name) is p
         for frame in p.frames:
             assert registry.protocol_of_frame(frame) is p
-    with pytest.raises(KeyError, match="known: dns, kerberos, ldap, smb2"):
-        registry.protocol("nfs")
+    with pytest.raises(KeyError, match="known: dns, kerberos, ldap, smb2, nfs"):
+        registry.protocol("nfs9")
 
 
 def test_derived_lists_equal_the_declarations():
     declared = registry.protocols()
     tx = tuple(p.transactions for p in declared if p.transactions)
-    assert tx == ("dns_transactions", "kerberos_transactions", "ldap_transactions", "smb2_transactions")
+    assert tx == ("dns_transactions", "kerberos_transactions", "ldap_transactions", "smb2_transactions",
+                  "nfs_transactions")
     assert registry.transaction_frames() == base.TRANSACTION_FRAMES == tx
     assert base.PROTOCOL_KINDS == tuple(p.name for p in declared if p.transactions)
     assert herd.KINDS == base.PROTOCOL_KINDS and retry_storm.KINDS == base.PROTOCOL_KINDS + ("tcp_syn",)
     assert set(tx) <= set(herd.REQUIRES) and set(tx) <= set(retry_storm.REQUIRES)
     assert stats.protocol_names() == {p.name: p.title for p in declared if p.transactions} == {
-        "dns": "DNS", "kerberos": "Kerberos", "ldap": "LDAP", "smb2": "SMB2"}
+        "dns": "DNS", "kerberos": "Kerberos", "ldap": "LDAP", "smb2": "SMB2", "nfs": "NFS"}
     known = summary.services()
     for p in declared:
         assert all(known[port] == name for port, name in p.services.items())
     assert not set(summary.OTHER_SERVICES) & set(registry.service_names())  # one source per port
-    assert [p.name for p in conn_churn._setup_protocols()] == ["ldap", "smb2"]
+    assert [p.name for p in conn_churn._setup_protocols()] == ["ldap", "smb2", "nfs"]
     assert conn_churn._protocol_words("ldap") == ("LDAP operations (ldap_transactions)", "bind")
     assert conn_churn._protocol_words("smb2") == ("SMB2 opens (smb2_transactions)", "negotiate/session setup")
     assert conn_churn._protocol_words("tcp") == conn_churn.TCP_WORDS
@@ -286,8 +287,9 @@ def test_message_rule_on_tcp(read_capture, echo):
 
 
 def test_todays_protocols_keep_the_service_port_rule():
-    assert {p.client_side for p in registry.protocols() if p.name != "rocev2"} == {"service_port"}
+    assert {p.client_side for p in registry.protocols() if p.name not in ("rocev2", "nfs")} == {"service_port"}
     assert registry.protocol("rocev2").client_side == "message"  # UDP 4791 at both ends
+    assert registry.protocol("nfs").client_side == "message"  # RPC msg_type; NFSv4.1 callbacks on one connection
 
 
 def test_a_direction_function_must_answer_every_message(read_capture, echo, monkeypatch):

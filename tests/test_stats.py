@@ -151,7 +151,7 @@ def test_a_capture_without_transactions_says_so(capsys):
     tcp_only = SAMPLES / "tcp-rto-blackout.pcap"
     code, out, err = _run(capsys, tcp_only)
     assert code == ExitCode.OK and out == ""
-    assert re.search(r"no DNS, Kerberos, LDAP or SMB2 requests in its [\d,]+ packets", err)
+    assert re.search(r"no DNS, Kerberos, LDAP, SMB2 or NFS requests in its [\d,]+ packets", err)
     assert err.count("\n") == 1 and "Traceback" not in err
     code, out, err = _run(capsys, "--format", "json", tcp_only)
     assert json.loads(out)["stats"] == [] and "no DNS" in err

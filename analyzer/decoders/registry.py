@@ -23,7 +23,7 @@ from ..tcp.framing import FRAMINGS
 from .protocol import Protocol
 
 # The registration: decoder modules of analyzer.decoders, in the order protocols are listed.
-PROTOCOL_MODULES = ("dns", "kerberos", "ldap", "smb2", "rocev2", "http")
+PROTOCOL_MODULES = ("dns", "kerberos", "ldap", "smb2", "nfs", "rocev2", "http")
 
 _REGISTERED: dict[str, Protocol] = {}
 _MODULES: dict[str, object] = {}  # name -> the decoder module that declared it
