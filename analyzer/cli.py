@@ -272,6 +272,71 @@ def scan(files, detector_list, config_path, sets, start, end, hosts, ports, fmt,
                          expand=expand)
 
 
+# detectors.diff_gate.GateParams' fields, written out so that --help loads no detector (tests/test_diff.py
+# checks both agree); their defaults and meanings are read from GateParams when the help is shown
+GATE_OPTIONS = ("max_p50_increase", "max_p99_increase", "max_error_share_increase", "max_unanswered_share_increase",
+                "fail_on_new", "max_retransmission_increase", "max_connection_rate_increase", "confidence",
+                "min_samples", "min_connections", "min_data_segments")
+DIFF_HELP = ("Compare two captures and gate on the change: AFTER worse than BEFORE beyond the thresholds exits 1. "
+             "Per protocol, operation and leg the service response times of `stats` (count, error and "
+             "unanswered share, p50 and p99 with distribution-free confidence intervals: a latency change "
+             "counts only when significant, and rows with too few samples are not gated); per detector, "
+             "findings new, gone or changed in severity (matched by detector, kind, server and resource, "
+             "not by time); TCP new-connection and retransmission rates. BEFORE and AFTER are each a "
+             "capture file or a directory whose files are read as one capture (ring-buffer pieces). "
+             "Thresholds: ratios as 20% or 0.2, shares in points as +1pp, severities by name; `off` turns "
+             "one off. The JSON keys are in the README.")
+
+
+class _DiffCommand(click.Command):
+    """``diff``, whose help gives each gate option's default and meaning, read from
+    ``detectors.diff_gate.GateParams`` when the help is shown (plain ``--help`` loads no detector)."""
+
+    def get_help(self, ctx: click.Context) -> str:
+        from detectors.diff_gate import GATE_FIELDS, format_threshold, spec_of  # lazy: loads Polars (help only)
+
+        for p in self.params:
+            if p.name in GATE_FIELDS:
+                field = GATE_FIELDS[p.name]
+                p.help = f"{spec_of(field).help} (default {format_threshold(field.name, field.default)})"
+        return super().get_help(ctx)
+
+
+def gate_options(command):
+    """The gate thresholds of ``diff`` (:data:`GATE_OPTIONS`): raw text, parsed by detectors.diff_gate."""
+    for name in reversed(GATE_OPTIONS):
+        command = click.option("--" + name.replace("_", "-"), name, default=None, metavar="VALUE")(command)
+    return command
+
+
+@cli.command(cls=_DiffCommand, help=f"{DIFF_HELP}\n\n" + exit_codes_help(writes=True, usage=", a bad threshold")
+             .replace("  2  usage", "  1  the gate failed: AFTER is worse than BEFORE beyond a threshold\n  2  usage"))
+@click.argument("before", type=CAPTURE_PATH)
+@click.argument("after", type=CAPTURE_PATH)
+@detector_options
+@selection_options
+@gate_options
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "junit"]), default="table", show_default=True,
+              help="json: one document (before, after, srt, findings, rates, gate); junit: one test case per "
+                   "gate check")
+@click.option("--output", "output", type=click.Path(), help="write to this file (stdout otherwise)")
+@click.option("--quiet", "-q", is_flag=True, help="print nothing on standard output: the exit code answers")
+def diff(before, after, detector_list, config_path, sets, start, end, hosts, ports, fmt, output, quiet,
+         **thresholds) -> int:
+    from detectors.diff_command import diff as diff_captures  # lazy: the detectors load Polars and Numba
+    from detectors.diff_gate import gate_params  # lazy: as above
+    from detectors.scan_config import scan_config  # lazy: as above
+
+    cfg = scan_config(config_path, sets, detector_list, None)
+    selection = parse_selection(start, end, hosts, ports)
+    try:
+        params = gate_params(thresholds)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    check_output_file("--output", output)
+    return diff_captures(before, after, cfg, selection, params, fmt=fmt, output=output, quiet=quiet)
+
+
 @cli.command(help="Show one finding in full: its explanation and numbers, every evidence frame (per file, "
                   "not capped), the Wireshark commands that open them, tshark's one-line summary of each "
                   "evidence frame when tshark is installed, and, for a population finding, its members. "
@@ -292,6 +357,40 @@ def show(finding_id, files, detector_list, config_path, sets, fmt, use_tshark) -
 
     cfg = scan_config(config_path, sets, detector_list, None)
     return show_finding(finding_id, files, cfg, fmt=fmt, use_tshark=use_tshark)
+
+
+REPORT_EXIT_CODES = """\b
+Exit codes:
+  0  the report was written (whatever it found: a report is no gate; scan --fail-on is)
+  2  usage error (bad option, missing argument, an --out that cannot be written)
+  3  unreadable input (missing, a directory, not a pcap/pcapng, no packet readable): nothing is written
+  4  internal error (a bug: please report it with the traceback)
+  130  interrupted"""
+
+
+@cli.command(help="Write one self-contained HTML report of a capture: the capture summary, the incidents, every "
+                  "finding (worst first) with its explanation, numbers, proof charts and Wireshark commands, the "
+                  "findings timeline and the service response times. Charts are inline SVG, the CSS is inline, "
+                  "nothing is fetched: the file travels (a CI artifact, a ticket attachment). Several files are "
+                  "one capture, as in scan; the detector and selection options are scan's.\n\n"
+                  + REPORT_EXIT_CODES)
+@click.argument("files", nargs=-1, required=True, type=CAPTURE_PATH)
+@detector_options
+@selection_options
+@click.option("--out", "out", required=True, type=click.Path(), help="the HTML file to write")
+@click.option("--title", help="the report's title (default: herdscope report: the file names)")
+@click.option("--max-charts", "max_charts", type=click.IntRange(min=0), default=30, show_default=True,
+              help="draw proof charts for the worst N findings only (each is tens to hundreds of kB of SVG); "
+                   "the others are listed without them")
+def report(files, detector_list, config_path, sets, start, end, hosts, ports, out, title, max_charts) -> int:
+    from dashboards.report_command import report as write_report  # lazy: loads Polars, Numba, Altair, vl-convert
+    from dashboards.report_html import ReportLimits  # lazy: as above
+    from detectors.scan_config import scan_config  # lazy: the detectors load Polars and Numba
+
+    cfg = scan_config(config_path, sets, detector_list, None)
+    selection = parse_selection(start, end, hosts, ports)
+    check_output_file("--out", out)
+    return write_report(files, cfg, selection, out=out, title=title, limits=ReportLimits(max_charts=max_charts))
 
 
 @cli.command("detectors", help="List every detector: what it finds, its finding kinds, the frames it needs "

@@ -209,7 +209,7 @@ def usable_overrides(overrides: dict[str, object], errors: dict[str, str]) -> di
     by_owner: dict[str, dict[str, object]] = {}
     for k, v in overrides.items():
         by_owner.setdefault(k.partition(".")[0], {})[k] = v
-    known = set(detectors.available()) | {detectors.population.NAME}
+    known = set(detectors.available()) | set(detectors.RESERVED_NAMES)  # population.*, incident.*
     unknown = {k: v for owner, mine in by_owner.items() if owner not in known for k, v in mine.items()}
     if unknown:
         try:
@@ -221,7 +221,7 @@ def usable_overrides(overrides: dict[str, object], errors: dict[str, str]) -> di
         if owner not in known:
             continue
         try:
-            detectors.configure(None if owner == detectors.population.NAME else [owner], mine)
+            detectors.configure(None if owner in detectors.RESERVED_NAMES else [owner], mine)
             good.update(mine)
         except detectors.ParameterError as exc:
             errors[owner] = f"bad parameter: {exc}"

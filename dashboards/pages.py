@@ -62,11 +62,52 @@ def select_finding(finding_id: str | None, go: bool = True) -> None:
         st.session_state["page"] = "Findings"
 
 
-def _on_timeline_pick() -> None:
-    event = st.session_state.get("timeline")
+def _on_pick(chart_key: str) -> None:
+    """A click on a bar of the chart under ``chart_key`` (the findings timeline, an incident's lanes)
+    opens that finding."""
+    event = st.session_state.get(chart_key)
     picked = (event or {}).get("selection", {}).get(charts.PICK) or []
     if picked and picked[0].get("finding_id"):
         select_finding(picked[0]["finding_id"])
+
+
+def _on_timeline_pick() -> None:
+    _on_pick("timeline")
+
+
+@st.cache_data(max_entries=16, show_spinner="Linking the findings into incidents…")
+def _incidents(key: tuple, overrides_json: str, _found: pl.DataFrame, _cap) -> list[dict]:
+    """The findings linked into incidents (:func:`detectors.incidents.link`, ``incident.*`` overrides
+    applied; a bad one falls back to the defaults, the settings page reports it)."""
+    from detectors import ParameterError, incident_params, incidents
+
+    try:
+        params = incident_params(json.loads(overrides_json))
+    except ParameterError:
+        params = incidents.Params()
+    return incidents.link(_found, _cap, params)
+
+
+def incidents_section(ld: D.Loaded, found_all: pl.DataFrame) -> None:
+    """Each incident as swim lanes (one per protocol and server), its likely trigger and why."""
+    overrides_json = json.dumps(st.session_state.get("overrides", {}), sort_keys=True)
+    linked = _incidents(ld.key, overrides_json, found_all, ld.cap)
+    if not linked:
+        return
+    st.subheader(f"Incidents ({len(linked)})")
+    st.caption("Findings linked by time and shared clients or servers (`herdscope scan` prints the same); "
+               "click a bar to open that finding.")
+    by_id = {r["finding_id"]: r for r in found_all.iter_rows(named=True)}
+    for k, inc in enumerate(linked):
+        chart_key = f"incident_{k}"
+        st.altair_chart(charts.incident_lanes(inc, found_all, t0_ns=ld.t0_ns), key=chart_key,
+                        on_select=lambda chart_key=chart_key: _on_pick(chart_key), selection_mode=charts.PICK,
+                        width="stretch")
+        trigger = by_id.get(inc["trigger"])
+        name = finding_label(trigger, ld.t0_ns) if trigger else inc["trigger"]
+        st.markdown(f"{SEVERITY_BADGE[inc['severity']]} {plain(inc['summary'])}  \n"
+                    f"**Likely trigger:** {plain(name)}, because:\n"
+                    + "\n".join(f"- {plain(why)}" for why in inc["trigger_reasons"]))
 
 
 def _findings(ld: D.Loaded) -> tuple[pl.DataFrame, dict[str, str], list[str]]:
@@ -91,8 +132,8 @@ def overview_page(ld: D.Loaded) -> None:
     if s["skipped"]["total"]:
         reasons = ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in s["skipped"]["reasons"].items())
         st.info(f"{s['skipped']['total']:,} records were skipped ({reasons}).")
-    found, errors, ran = _findings(ld)
-    found = top_level(found)  # a population's members are on its Findings page entry
+    found_all, errors, ran = _findings(ld)
+    found = top_level(found_all)  # a population's members are on its Findings page entry
     cols = st.columns(5)
     cols[0].metric("Packets", f"{s['packets']:,}")
     cols[1].metric("Duration", fmt_ns(s["duration_s"] * 1e9))
@@ -104,6 +145,7 @@ def overview_page(ld: D.Loaded) -> None:
                f"detectors run: {', '.join(ran) or 'none installed'}" if s["ts_resolution_ns"] is not None else "")
     _detector_problems(errors)
 
+    incidents_section(ld, found_all)
     chart = charts.findings_timeline(found, t0_ns=ld.t0_ns, t1_ns=ld.t1_ns)
     if found.height:
         st.altair_chart(chart, key="timeline", on_select=_on_timeline_pick, selection_mode=charts.PICK,
@@ -398,15 +440,16 @@ def _busiest(tx: pl.DataFrame, column: str) -> list[str]:
 # -- Downloads -----------------------------------------------------------------------------------------
 
 def downloads_page(ld: D.Loaded) -> None:
-    from detectors.report import capture_summary, finding_records, render
+    from detectors.report import capture_summary, finding_records, incident_records, render
 
     st.header(f"Downloads — {plain(ld.label)}")
     found, errors, ran = _findings(ld)
     _detector_problems(errors)
     base = os.path.splitext(os.path.basename(ld.paths[0]))[0] + ("-joined" if len(ld.paths) > 1 else "")
     label = "+".join(ld.paths)
-    records = finding_records(found, label, ld.cap)
-    results = [(capture_summary(ld.cap, list(ld.paths), found, ran), records)]
+    linked = _incidents(ld.key, json.dumps(st.session_state.get("overrides", {}), sort_keys=True), found, ld.cap)
+    records = finding_records(found, label, ld.cap, linked)
+    results = [(capture_summary(ld.cap, list(ld.paths), found, ran), records, incident_records(linked, label))]
     st.subheader(f"Findings ({found.height:,})")
     st.caption("The same documents as `herdscope scan --format json / ndjson / parquet` (schema in detectors/report.py).")
     c1, c2, c3 = st.columns(3)

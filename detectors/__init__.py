@@ -26,7 +26,7 @@ from analyzer.progress import stage
 
 from .base import (FINDINGS_SCHEMA, PACKET_COLUMNS, SEVERITY_RANK, CaptureView, UndeclaredFrame,  # noqa: F401
                    empty_findings)
-from . import population
+from . import incidents, population
 from .params import ParameterError, check_declared, describe_params, make_params
 
 log = logging.getLogger(__name__)
@@ -34,8 +34,9 @@ log = logging.getLogger(__name__)
 # What makes a module a detector: it defines all of these (base.py says what each is). A module that
 # defines ``detect`` or ``KINDS`` but not all the others is a half-declared detector: an error, never a skip.
 CONTRACT = ("NAME", "detect", "Params", "REQUIRES", "KINDS")
-# a NAME the detectors cannot take: the population step's parameters are set as population.*
-RESERVED_NAMES = (population.NAME,)
+# NAMEs the detectors cannot take: the population step's parameters are set as population.*, the
+# incident linker's (detectors/incidents.py) as incident.*
+RESERVED_NAMES = (population.NAME, incidents.NAME)
 
 _REGISTRY: dict[str, object] | None = None  # NAME -> module, filled by discovery on first use
 
@@ -161,7 +162,7 @@ def configure(only: list[str] | None = None, overrides: dict[str, object] | None
     unknown detectors, unknown parameters and bad values raise ParameterError."""
     detectors = available()
     overrides = overrides or {}
-    unknown_owner = {k.partition(".")[0] for k in overrides} - set(detectors) - {population.NAME}
+    unknown_owner = {k.partition(".")[0] for k in overrides} - set(detectors) - set(RESERVED_NAMES)
     if unknown_owner:
         raise ParameterError(f"no detector named {', '.join(sorted(unknown_owner))} "
                              f"(known: {', '.join(detectors)})")
@@ -171,7 +172,8 @@ def configure(only: list[str] | None = None, overrides: dict[str, object] | None
     missing = [n for n in names if n not in detectors]
     if missing:
         raise ParameterError(f"unknown detector(s): {', '.join(missing)} (known: {', '.join(detectors)})")
-    make_params(population, overrides)  # population.* overrides checked here too
+    make_params(population, overrides)  # population.* and incident.* overrides checked here too
+    make_params(incidents, overrides)
     return {n: make_params(detectors[n], overrides) for n in dict.fromkeys(names)}
 
 
@@ -251,6 +253,11 @@ def population_params(overrides: dict[str, object] | None = None) -> population.
     return make_params(population, overrides or {})
 
 
+def incident_params(overrides: dict[str, object] | None = None) -> incidents.Params:
+    """The incident linker's Params with the ``incident.*`` overrides applied (ParameterError)."""
+    return make_params(incidents, overrides or {})
+
+
 def top_level(findings: pl.DataFrame) -> pl.DataFrame:
     """The findings a listing shows: ordinary ones and populations, not the populations' members."""
     return findings.filter(pl.col("member_of").is_null())
@@ -272,9 +279,10 @@ def expanded(findings: pl.DataFrame) -> pl.DataFrame:
 def describe() -> list[dict]:
     """Every detector: name, summary (the docstring's first line), kinds, requires and parameters
     (:func:`detectors.params.describe_params`) — what ``herdscope detectors`` prints; last, the
-    population step's parameters (``--set population.min_members=10``), under ``population``."""
+    population step's parameters (``--set population.min_members=10``), under ``population``, then the
+    incident linker's (``--set incident.lag_ns=2s``), under ``incident``."""
     out = []
-    for module in [*available().values(), population]:
+    for module in [*available().values(), population, incidents]:
         doc = (module.__doc__ or "").strip()
         out.append({"name": module.NAME, "summary": doc.splitlines()[0] if doc else "",
                     "kinds": list(getattr(module, "KINDS", ())), "requires": list(getattr(module, "REQUIRES", ())),

@@ -9,17 +9,31 @@ Output formats (``--format``):
   time window, who and what, the measured value against its threshold, the evidence frames and the
   Wireshark command that shows them; low and informational findings one line each (at most 10 per
   detector and kind).
-- ``json``: one document ``{"herdscope": VERSION, "captures": [CAPTURE...], "findings": [FINDING...]}``.
-- ``ndjson``: one FINDING object per line (nothing else), for log pipelines.
-- ``parquet``: the findings frame (``--output`` required).
+- ``json``: one document ``{"herdscope": VERSION, "captures": [CAPTURE...], "findings": [FINDING...],
+  "incidents": [INCIDENT...]}``.
+- ``ndjson``: one FINDING object per line (nothing else), for log pipelines: incidents are not records
+  of their own (a reader expecting findings would misread them); each FINDING's ``incident`` names its
+  incident, and ``--format json`` has the INCIDENT objects.
+- ``parquet``: the findings frame with ``capture`` and ``incident`` columns (``--output`` required).
 - ``junit``: JUnit XML, one test case per detector and capture, failing when it has findings at or
-  above ``--fail-on`` (CI systems show these natively).
+  above ``--fail-on`` (CI systems show these natively); a capture's incidents, when it has any, are
+  the text of its test suite's ``system-out`` (incidents pass or fail nothing: their findings do).
 
 A FINDING object has the findings-frame columns (``detectors.base.FINDING_COLUMNS``): detector, kind,
 finding_id, severity, start_ns, end_ns, client, server, resource, clients, client_identity, metric,
 value, threshold, unit, evidence_frames, evidence_total, explanation, parameters (an object), members,
-member_ids, member_of, plus ``capture`` (the file or files it came from) and ``start_time``/``end_time``
-(ISO 8601 UTC).
+member_ids, member_of, plus ``capture`` (the file or files it came from), ``start_time``/``end_time``
+(ISO 8601 UTC) and ``incident`` (the ``incident_id`` of the incident it is part of, null for most).
+
+An INCIDENT object (:mod:`detectors.incidents`: findings linked by time and shared participants, the
+likely trigger first): ``incident_id`` (16 hex digits, stable: a hash of its findings' ids),
+``capture``, ``start_ns``, ``end_ns``, ``start_time``, ``end_time``, ``severity`` (the worst of its
+findings), ``trigger`` (the finding_id of the likely trigger), ``trigger_reasons`` (sentences with
+the numbers: how long it precedes the others, the clients shared, the dependency evidence),
+``findings`` (finding_ids in start order), ``lanes`` (``[{"lane", "protocol", "server",
+"finding_ids"}]``, one per protocol and server) and ``summary`` (one line). The table prints a
+capture's incidents first, each finding beneath its incident on one line (its id is the title of its
+panel below).
 
 Populations (``detectors/population.py``): a population finding (``members`` > 0) stands for many
 findings of one cause at one service or across servers; ``member_ids`` names them. Every format lists
@@ -44,6 +58,7 @@ from analyzer.render import console as make_console
 from analyzer.summary import iso_time
 
 from .base import SEVERITIES, SEVERITY_RANK, resolution_ns
+from .incidents import incident_of
 
 FORMATS = ("table", "json", "ndjson", "parquet", "junit")
 
@@ -68,9 +83,11 @@ def capture_summary(cap, files: list[str], findings: pl.DataFrame, detector_name
     }
 
 
-def finding_records(findings: pl.DataFrame, capture_label: str, cap=None) -> list[dict]:
+def finding_records(findings: pl.DataFrame, capture_label: str, cap=None, incidents: list[dict] | None = None) -> list[dict]:
     """The findings as JSON-ready dicts; with ``cap``, ``evidence`` says per file which of that file's
-    frames the evidence is (several files read as one capture number their frames on)."""
+    frames the evidence is (several files read as one capture number their frames on); ``incident``
+    is the id of the incident (among ``incidents``) each is part of, or None."""
+    part_of = incident_of(incidents or [])
     rows = []
     for r in findings.iter_rows(named=True):
         r = dict(r)
@@ -82,8 +99,44 @@ def finding_records(findings: pl.DataFrame, capture_label: str, cap=None) -> lis
         frames = r["evidence_frames"] or []
         r["evidence"] = cap.frames_by_file(frames) if cap is not None else (
             [{"file": capture_label, "frames": list(frames)}] if frames else [])
+        r["incident"] = part_of.get(r["finding_id"])
         rows.append(r)
     return rows
+
+
+def incident_records(incidents: list[dict], capture_label: str) -> list[dict]:
+    """The INCIDENT objects of one capture (``incidents.link``'s dicts with ``capture``)."""
+    return [{**inc, "capture": capture_label} for inc in incidents]
+
+
+def unpack(result: tuple) -> tuple[dict, list[dict], list[dict]]:
+    """(summary, records, incidents) of one capture's result; a (summary, records) pair has none."""
+    summary, records, *rest = result
+    return summary, records, (rest[0] if rest else [])
+
+
+def _title(record: dict | None, finding_id: str) -> str:
+    return f"{record['detector']}/{record['kind']} {finding_id}" if record else finding_id
+
+
+def incident_lines(incident: dict, records: list[dict]) -> list[str]:
+    """An incident as plain lines (the table's and JUnit's): its summary, the trigger and why, then
+    each finding on one line in start order, ``+seconds`` after the incident's start."""
+    by_id = {r["finding_id"]: r for r in records}
+    lines = [f"incident {incident['incident_id']} {incident['severity']} {incident['start_time']} .. "
+             f"{incident['end_time']}: {incident['summary']}",
+             f"  likely trigger {_title(by_id.get(incident['trigger']), incident['trigger'])}, because:"]
+    lines += [f"    - {why}" for why in incident["trigger_reasons"]]
+    for k, fid in enumerate(incident["findings"], 1):
+        r = by_id.get(fid)
+        if r is None:
+            lines.append(f"  {k}. {fid}")
+            continue
+        mark = "  <- trigger" if fid == incident["trigger"] else ""
+        lines.append(f"  {k}. +{(r['start_ns'] - incident['start_ns']) / 1e9:.3f} s {r['severity']} "
+                     f"{_title(r, fid)} {r['server'] or r['client'] or ''} "
+                     f"{r['resource'] or ''}".rstrip() + mark)
+    return lines
 
 
 def wireshark_filter(frames: list[int]) -> str:
@@ -167,7 +220,8 @@ def print_members(console, population: dict, records: list[dict]) -> None:
 def render_table(results: list[tuple[dict, list[dict]]], fail_on: str, console=None) -> None:
     console = console or make_console()
     colours = {"critical": "bold red", "high": "red", "medium": "yellow", "low": "cyan", "informational": "dim"}
-    for summary, records in results:
+    for result in results:
+        summary, records, incidents = unpack(result)
         files = ", ".join(summary["files"])
         counts = ", ".join(f"{n} {s}" for s, n in summary["findings"].items() if n) or "no findings"
         console.print(f"[bold]{esc(files)}[/bold]: {counts}")
@@ -186,6 +240,13 @@ def render_table(results: list[tuple[dict, list[dict]]], fail_on: str, console=N
         for d in summary["damage"] or []:
             where = f" at byte {d['offset']:,}" if d["offset"] is not None else ""
             console.print(f"[red]damage[/red] in {esc(d['file'])}: {esc(d['reason'])}{where}")
+        if incidents:
+            console.rule(f"[bold]incidents ({len(incidents)})")
+            for inc in incidents:
+                head, *rest = incident_lines(inc, records)
+                console.print(f"[{colours[inc['severity']]}]{esc(head)}[/]", highlight=False)
+                for line in rest:
+                    console.print(esc(line), highlight=False)
         members = [r for r in records if r.get("member_of")]  # --expand: shown beneath their population
         for severity in reversed(SEVERITIES):
             group = [r for r in records if r["severity"] == severity and not r.get("member_of")]
@@ -220,7 +281,8 @@ def junit_xml(results: list[tuple[dict, list[dict]]], fail_on: str) -> str:
     from xml.sax.saxutils import escape, quoteattr  # lazy: loads urllib.request and http.client (junit only)
 
     suites, total_tests, total_failures = [], 0, 0
-    for summary, records in results:
+    for result in results:
+        summary, records, incidents = unpack(result)
         label = "+".join(summary["files"])
         cases, failures = [], 0
         for det in summary["detectors"]:
@@ -240,9 +302,13 @@ def junit_xml(results: list[tuple[dict, list[dict]]], fail_on: str) -> str:
             if not mine:
                 cases.append(f'  <testcase classname={quoteattr("herdscope." + det)} '
                              f'name={quoteattr("no findings")}/>')
-        total_tests += len(cases)
+        tests = len(cases)
+        total_tests += tests
         total_failures += failures
-        suites.append(f' <testsuite name={quoteattr("herdscope " + label)} tests="{len(cases)}" '
+        if incidents:  # after the test cases, as the JUnit schema orders a suite's elements
+            text = "\n".join(line for inc in incidents for line in incident_lines(inc, records))
+            cases.append(f"  <system-out>{escape(text)}</system-out>")
+        suites.append(f' <testsuite name={quoteattr("herdscope " + label)} tests="{tests}" '
                       f'failures="{failures}">\n' + "\n".join(cases) + "\n </testsuite>")
     return (f'<?xml version="1.0" encoding="UTF-8"?>\n<testsuites name="herdscope" tests="{total_tests}" '
             f'failures="{total_failures}">\n' + "\n".join(suites) + "\n</testsuites>\n")
@@ -250,11 +316,13 @@ def junit_xml(results: list[tuple[dict, list[dict]]], fail_on: str) -> str:
 
 def render(results: list[tuple[dict, list[dict]]], findings: list[pl.DataFrame], fmt: str, fail_on: str) -> str | None:
     """The text of a format (None for table, which prints itself, and parquet, written by the caller)."""
+    results = [unpack(r) for r in results]
     if fmt == "json":
-        return json.dumps({"herdscope": __version__, "captures": [s for s, _ in results],
-                           "findings": [r for _, recs in results for r in recs]}, indent=1) + "\n"
+        return json.dumps({"herdscope": __version__, "captures": [s for s, _, _ in results],
+                           "findings": [r for _, recs, _ in results for r in recs],
+                           "incidents": [i for _, _, incs in results for i in incs]}, indent=1) + "\n"
     if fmt == "ndjson":
-        return "".join(json.dumps(r) + "\n" for _, recs in results for r in recs)
+        return "".join(json.dumps(r) + "\n" for _, recs, _ in results for r in recs)
     if fmt == "junit":
         return junit_xml(results, fail_on)
     return None

@@ -14,12 +14,14 @@ import polars as pl
 
 from analyzer.command import open_captures, writing
 from analyzer.errors import ExitCode, UnreadableCapture, fail
+from analyzer.progress import stage
 from analyzer.render import console as make_console
 from analyzer.selection import apply as select
 
-from . import ParameterError, at_least, available, describe, expanded, run, top_level
+from . import (ParameterError, at_least, available, describe, expanded, incident_params, incidents, required_frames,
+               run, top_level)
 from .listing import print_detectors
-from .report import capture_summary, finding_records, render, render_table
+from .report import capture_summary, finding_records, incident_records, render, render_table
 from .scan_config import ScanConfig
 from .show import check_id, find_finding, print_finding, tshark_summaries
 
@@ -41,9 +43,13 @@ def scan(files, cfg: ScanConfig, selection, *, fmt: str, output: str | None, sep
             continue
         select(cap, selection)
         try:
+            linker = incident_params(cfg.overrides)
+            kept = incidents.retain(cap, required_frames(cfg.detectors))  # what release would free
             findings = run(cap, only=cfg.detectors, overrides=cfg.overrides, release=True)
         except ParameterError as exc:
             raise click.UsageError(str(exc)) from exc
+        stage("incidents")
+        linked = incidents.link(findings, cap, linker, retained=kept)
         listed = expanded(findings) if expand else top_level(findings)  # populations' members: --expand
         names = cfg.detectors or list(available())
         label = "+".join(group)
@@ -51,8 +57,11 @@ def scan(files, cfg: ScanConfig, selection, *, fmt: str, output: str | None, sep
             fail(f"warning: {warning}")
         summary = capture_summary(cap, group, top_level(findings), names)
         summary["warnings"] = list(cap.warnings)  # files read once, pieces overlapping or with a gap
-        results.append((summary, finding_records(listed, label, cap)))
-        frames.append(listed.with_columns(pl.lit(label).alias("capture")))
+        results.append((summary, finding_records(listed, label, cap, linked), incident_records(linked, label)))
+        part_of = incidents.incident_of(linked)
+        frames.append(listed.with_columns(pl.lit(label).alias("capture"),
+                                          pl.col("finding_id").replace_strict(part_of, default=None,
+                                                                              return_dtype=pl.String).alias("incident")))
         if at_least(top_level(findings), cfg.fail_on).height and code == ExitCode.OK:
             code = ExitCode.FINDINGS
         cap.close()

@@ -16,7 +16,7 @@ from rich.markup import escape as esc
 
 from analyzer.render import console as make_console
 
-from . import available, run
+from . import available, incident_params, incidents, run
 from .base import uncapped_evidence
 from .params import fields_of, format_value
 from .report import finding_records, measured, wireshark_command, wireshark_filter
@@ -44,7 +44,8 @@ def find_finding(cap, files, finding_id: str, cfg) -> tuple[dict, list[dict]] | 
     group = list(files)
     with uncapped_evidence():
         findings = run(cap, only=cfg.detectors, overrides=cfg.overrides)
-    records = finding_records(findings, "+".join(group), cap)
+    linked = incidents.link(findings, cap, incident_params(cfg.overrides))  # as scan links (its evidence cap)
+    records = finding_records(findings, "+".join(group), cap, linked)
     matches = [r for r in records if r["finding_id"].startswith(wanted)]
     if not matches:
         return (f"no finding {finding_id} in {' '.join(group)} with these options ({len(records)} findings; "
@@ -104,6 +105,7 @@ def print_finding(record: dict, members: list[dict], summaries: list[dict] | Non
             ("measured", f"{record['metric']} = {measured(record['value'])} {record['unit'] or ''} "
                          f"(threshold {measured(record['threshold'])})"),
             ("members", record.get("members") or None),
+            ("incident", record.get("incident")),
             ("capture", record["capture"]),
             ("parameters", _parameters_text(record))]
     for name, value in rows:

@@ -52,6 +52,8 @@ SCENARIOS: dict[str, tuple[str, str, list[str], list[str], bool]] = {
     "krb5-replay-ldap-gssapi": ("scen_replay", "build_replay", ["krb5-kdc", "krb5-admin-server", "krb5-user",
                                 "slapd", "ldap-utils", "libsasl2-modules-gssapi-mit", "tshark"], ["ldap3"], True),
     "ldap-saturation": ("scen_saturation", "build_ramp", ["slapd", "ldap-utils"], ["ldap3"], True),
+    "cascade-dns-krb5": ("scen_cascade", "build_cascade", ["unbound", "nsd", "krb5-kdc", "krb5-admin-server",
+                         "krb5-user"], ["dns"], True),
 }
 
 HEADER = '''# herdscope real-server sample captures: how each was made, what happened, ground truth.

@@ -669,3 +669,37 @@ def test_no_none_in_rendered_tables(monkeypatch):
             widest = max(hi - lo for spec in specs for lo, hi in time_domains(spec))
             assert zoomed < 5 and widest > 30  # the 32.7 s capture, after the toggle
     assert seen >= 4
+
+
+# -- incident swim lanes -----------------------------------------------------------------------------
+
+def test_incident_lanes_one_lane_per_protocol_and_server_trigger_marked_and_clickable():
+    f = make_findings([
+        {"start_ns": T0 + 1 * S, "end_ns": T0 + 1 * S + 50 * MS, "severity": "critical"},
+        {"start_ns": T0 + 2 * S, "end_ns": T0 + 2 * S + 300 * MS, "kind": "kerberos", "server": "10.0.0.88",
+         "resource": "krbtgt/X@X"},
+        {"start_ns": T0 + 9 * S, "end_ns": T0 + 9 * S, "severity": "low", "resource": "other.example"},
+    ])
+    ids = f["finding_id"].to_list()
+    incident = {"incident_id": "ab" * 8, "start_ns": T0 + 1 * S, "end_ns": T0 + 2 * S + 300 * MS,
+                "severity": "critical", "trigger": ids[0], "findings": ids[:2],
+                "lanes": [{"lane": "dns 10.0.0.53", "protocol": "dns", "server": "10.0.0.53", "finding_ids": ids[:1]},
+                          {"lane": "kerberos 10.0.0.88", "protocol": "kerberos", "server": "10.0.0.88",
+                           "finding_ids": ids[1:2]}]}
+    spec = charts.incident_lanes(incident, f, t0_ns=T0).to_dict()
+    assert marks(spec) == ["bar", "text"]
+    bars, label = units(spec)
+    enc = bars["encoding"]
+    assert enc["y"]["field"] == "lane" and enc["y"]["sort"] == ["dns 10.0.0.53", "kerberos 10.0.0.88"]
+    assert enc["color"]["field"] == "severity" and enc["color"]["scale"]["domain"] == list(SEVERITIES)
+    assert enc["x"]["field"] == "start_s" and enc["x2"]["field"] == "bar_end_s"
+    lo, hi = enc["x"]["scale"]["domain"]
+    assert lo < 1.0 and 2.3 < hi < 9.0  # the incident's span (padded), not the capture's
+    rows = unit_data(spec, bars)
+    assert {r["finding_id"] for r in rows} == set(ids[:2])  # the finding outside the incident is not drawn
+    assert {r["finding_id"]: r["lane"] for r in rows} == {ids[0]: "dns 10.0.0.53", ids[1]: "kerberos 10.0.0.88"}
+    assert [r["finding_id"] for r in rows if r["trigger"]] == [ids[0]]
+    assert enc["strokeWidth"]["condition"]["test"] == "datum.trigger"
+    assert label["transform"] == [{"filter": "datum.trigger"}] and label["encoding"]["text"]["field"] == "mark"
+    pick = next(p for p in spec["params"] if p["name"] == charts.PICK)
+    assert pick["select"]["fields"] == ["finding_id"]

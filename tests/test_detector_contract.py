@@ -138,11 +138,11 @@ def _derived(caps) -> set[str]:
 def test_discovery_finds_every_detector_in_its_order():
     assert list(detectors.discover()) == DETECTORS
     assert list(detectors.available()) == DETECTORS
-    assert [d["name"] for d in detectors.describe()] == [*DETECTORS, "population"]
+    assert [d["name"] for d in detectors.describe()] == [*DETECTORS, "population", "incident"]
 
 
 def test_helpers_are_not_detectors_and_half_a_detector_is_an_error():
-    for helper in ("base", "params", "population", "herd_search", "tcp_stall_kinds", "listing"):
+    for helper in ("base", "params", "population", "incidents", "herd_search", "tcp_stall_kinds", "listing"):
         assert not detectors.is_detector(importlib.import_module(f"detectors.{helper}")), helper
     half = types.ModuleType("half")
     half.NAME, half.detect = "half", lambda capture, params: None
@@ -226,7 +226,7 @@ def test_a_throwaway_detector_runs_everywhere(throwaway, built, capsys):
 
     assert main(["detectors", "--format", "json"]) == 0
     names = [d["name"] for d in json.loads(capsys.readouterr().out)["detectors"]]
-    assert names == [*DETECTORS, "burst_probe", "population"]
+    assert names == [*DETECTORS, "burst_probe", "population", "incident"]
     assert main(["detectors", "burst_probe"]) == 0
     assert "min_packets" in capsys.readouterr().out
 

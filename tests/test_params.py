@@ -93,9 +93,11 @@ def test_malformed_assignments(text):
 
 def test_describe_lists_every_parameter_of_every_detector():
     rows = {d["name"]: d for d in detectors.describe()}
-    assert list(rows) == [*MODULES, "population"]  # the population step's parameters last
+    assert list(rows) == [*MODULES, "population", "incident"]  # the population step's, the linker's last
     assert [p["name"] for p in rows["population"]["parameters"]] == [
         f.name for f in dataclasses.fields(detectors.population.Params)]
+    assert [p["name"] for p in rows["incident"]["parameters"]] == [
+        f.name for f in dataclasses.fields(detectors.incidents.Params)]
     for name, module in MODULES.items():
         listed = [p["name"] for p in rows[name]["parameters"]]
         assert listed == [f.name for f in dataclasses.fields(module.Params)]
@@ -108,8 +110,9 @@ def test_describe_lists_every_parameter_of_every_detector():
 def test_detectors_command_json(capsys):
     assert main(["detectors", "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert [d["name"] for d in doc["detectors"]] == [*MODULES, "population"]
-    total = sum(len(describe_params(m.Params)) for m in [*MODULES.values(), detectors.population])
+    assert [d["name"] for d in doc["detectors"]] == [*MODULES, "population", "incident"]
+    total = sum(len(describe_params(m.Params)) for m in [*MODULES.values(), detectors.population,
+                                                           detectors.incidents])
     assert sum(len(d["parameters"]) for d in doc["detectors"]) == total
 
 

@@ -15,13 +15,14 @@ from detectors.base import FINDING_COLUMNS
 SAMPLES = Path(__file__).parent.parent / "samples"
 QUEUE = SAMPLES / "smb2-break-queue.pcap"  # one high smb_break_queue finding
 HERD = SAMPLES / "dns-ttl-herd.pcap"  # three medium herd findings
-FINDING_KEYS = set(FINDING_COLUMNS) | {"start_time", "end_time", "capture", "evidence"}
+FINDING_KEYS = set(FINDING_COLUMNS) | {"start_time", "end_time", "capture", "evidence", "incident"}
 
 
 def test_json_document_and_exit_code_on_findings(capsys):
     assert main(["scan", "--format", "json", str(QUEUE)]) == ExitCode.FINDINGS
     doc = json.loads(capsys.readouterr().out)
-    assert set(doc) == {"herdscope", "captures", "findings"}
+    assert set(doc) == {"herdscope", "captures", "findings", "incidents"}
+    assert doc["incidents"] == []  # one finding: no incident
     (cap,) = doc["captures"]
     assert cap["packets"] == 195 and cap["findings"]["high"] == 1 and cap["damage"] is None
     (f,) = doc["findings"]

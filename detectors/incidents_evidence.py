@@ -1,0 +1,157 @@
+"""Who took part in each finding (its clients and servers), for the incident linker.
+
+A finding names its participants three ways, all used:
+
+- its ``client`` and ``server`` columns (an address, ``address:port``, ``[v6]:port`` or a comma list);
+- a population's members (rows with ``member_of`` = its id in :func:`detectors.run`'s output): their
+  clients and servers are the population's;
+- the addresses of its evidence frames: where the finding names its server(s), the other addresses of
+  its evidence are its clients (a herd names only the resolver: the askers are in its query frames);
+  where it names only its client(s), the others are its servers (incast's fan-out); where it names
+  neither, every evidence address counts as a client.
+
+A scan frees the packets' addresses before its detectors run (issue 13, ``Capture.release``), so
+:func:`retain` takes what the linker needs first: the ``frame``, ``src`` and ``dst`` columns of
+``packets`` (a zero-copy selection that keeps those two Enum columns alive: a few bytes per packet,
+4 measured on a 1-million-packet synthetic capture, the only per-packet cost of incidents) and, when the DNS transactions are among the frames built anyway,
+the offsets of one early and one late answered UDP A/AAAA response per name (one small row per DNS
+name), whose answers :mod:`detectors.incidents_dns` reads on demand.
+"""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from typing import Callable
+
+import polars as pl
+
+from .base import EVIDENCE_CAP
+from .incidents_dns import TYPE_A, TYPE_AAAA, answer_addresses
+
+DNS_FRAME = "dns_transactions"
+
+
+@dataclass
+class Retained:
+    """What :func:`retain` kept of a capture for :func:`detectors.incidents.link`."""
+
+    addresses: pl.DataFrame | None = None  # frame (ascending), src, dst: one row per packet
+    dns_responses: pl.DataFrame | None = None  # name (lower case), payload_offset, payload_caplen
+    read_bytes: Callable[[int, int], bytes] | None = None  # the capture's bytes_at
+    _resolved: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def evidence_addresses(self, findings: pl.DataFrame) -> dict[str, set[str]]:
+        """finding_id -> the source and destination addresses of its evidence frames."""
+        if self.addresses is None or findings.height == 0:
+            return {}
+        # the first EVIDENCE_CAP frames (as scan keeps them): `show`, which lifts the cap, links the same
+        ev = (findings.select("finding_id", pl.col("evidence_frames").list.head(EVIDENCE_CAP))
+              .explode("evidence_frames").drop_nulls())
+        if ev.height == 0:
+            return {}
+        frames = self.addresses["frame"]
+        wanted = ev["evidence_frames"].cast(frames.dtype)
+        pos = frames.search_sorted(wanted).to_numpy().clip(0, max(frames.len() - 1, 0))
+        hit = frames.to_numpy()[pos] == wanted.to_numpy()
+        rows = self.addresses[pl.Series(pos[hit])]
+        ids = ev["finding_id"].filter(pl.Series(hit))
+        pairs = pl.concat([pl.DataFrame({"finding_id": ids, "addr": rows[c].cast(pl.String)})
+                           for c in ("src", "dst")]).drop_nulls().unique()
+        out: dict[str, set[str]] = {}
+        for fid, addr in pairs.iter_rows():
+            out.setdefault(fid, set()).add(addr)
+        return out
+
+    def resolves_to(self, name: str | None) -> tuple[str, ...]:
+        """The addresses the capture's DNS answers give for ``name`` (empty when none was seen)."""
+        if not name or self.dns_responses is None or self.read_bytes is None:
+            return ()
+        key = name.rstrip(".").lower()
+        if key not in self._resolved:
+            rows = self.dns_responses.filter(pl.col("name") == key)
+            found: dict[str, None] = {}
+            for offset, caplen in rows.select("payload_offset", "payload_caplen").iter_rows():
+                found.update(dict.fromkeys(answer_addresses(self.read_bytes(int(offset), int(caplen)))))
+            self._resolved[key] = tuple(found)
+        return self._resolved[key]
+
+
+def retain(capture, frames=None) -> Retained:
+    """What the linker reads, taken from ``capture`` while it still has it: call it before
+    ``detectors.run(..., release=True)`` with the frames the run builds (``required_frames``), or
+    after a plain run with ``frames`` None (then only the DNS transactions already built are read)."""
+    packets = capture.packets
+    out = Retained(read_bytes=getattr(capture, "bytes_at", None))
+    if {"src", "dst"} <= set(packets.columns):
+        out.addresses = packets.select("frame", "src", "dst")
+    dns = capture.built_frames().get(DNS_FRAME) if hasattr(capture, "built_frames") else None
+    if dns is None and frames is not None and DNS_FRAME in frames:
+        dns = capture.frame(DNS_FRAME)  # built by the run anyway (memoised): no extra cost
+    if dns is not None and dns.height and {"payload_offset", "payload_caplen"} <= set(packets.columns):
+        out.dns_responses = _dns_responses(dns, packets)
+    return out
+
+
+def _dns_responses(dns: pl.DataFrame, packets: pl.DataFrame) -> pl.DataFrame:
+    """Per DNS name: the first and the last answered UDP A/AAAA response with answers, located."""
+    answered = (dns.filter(pl.col("answered") & (pl.col("transport").cast(pl.String) == "udp")
+                           & pl.col("qtype").is_in([TYPE_A, TYPE_AAAA]) & (pl.col("ancount") > 0)
+                           & pl.col("response_frame").is_not_null() & pl.col("resource").is_not_null())
+                .select(pl.col("resource").str.strip_chars_end(".").str.to_lowercase().alias("name"),
+                        "response_frame"))
+    if answered.height == 0:
+        return pl.DataFrame(schema={"name": pl.String, "payload_offset": pl.Int64, "payload_caplen": pl.UInt32})
+    picks = (answered.group_by("name").agg(pl.col("response_frame").min().alias("a"),
+                                           pl.col("response_frame").max().alias("b"))
+             .unpivot(index="name", value_name="response_frame").select("name", "response_frame").unique())
+    frames = packets["frame"]
+    wanted = picks["response_frame"].cast(frames.dtype)
+    pos = frames.search_sorted(wanted).to_numpy().clip(0, max(frames.len() - 1, 0))
+    hit = frames.to_numpy()[pos] == wanted.to_numpy()
+    located = packets.select("payload_offset", "payload_caplen")[pl.Series(pos[hit])]
+    return pl.concat([picks.filter(pl.Series(hit)).select("name"), located], how="horizontal") \
+        .drop_nulls().sort("name", "payload_offset")
+
+
+def addresses_of(text: str | None) -> set[str]:
+    """The addresses a ``client`` / ``server`` value names (ports dropped; anything that is not an
+    address, such as "+3 more", ignored)."""
+    out = set()
+    for token in (text or "").replace(";", ",").split(","):
+        token = token.strip()
+        if token.startswith("[") and "]" in token:
+            token = token[1:token.index("]")]
+        elif token.count(":") == 1:
+            token = token.partition(":")[0]
+        try:
+            out.add(str(ipaddress.ip_address(token)))
+        except ValueError:
+            continue
+    return out
+
+
+@dataclass
+class Participants:
+    clients: set[str] = field(default_factory=set)
+    servers: set[str] = field(default_factory=set)
+
+
+def participants(findings: pl.DataFrame, retained: Retained) -> dict[str, Participants]:
+    """finding_id -> its :class:`Participants` (a population's include its members')."""
+    evidence = retained.evidence_addresses(findings)
+    out: dict[str, Participants] = {}
+    for fid, client, server in findings.select("finding_id", "client", "server").iter_rows():
+        p = Participants(addresses_of(client), addresses_of(server))
+        seen = evidence.get(fid, set())
+        if p.servers:
+            p.clients |= seen - p.servers
+        elif p.clients:
+            p.servers |= seen - p.clients
+        else:
+            p.clients |= seen
+        out[fid] = p
+    for fid, of in findings.filter(pl.col("member_of").is_not_null()).select("finding_id", "member_of").iter_rows():
+        if of in out:
+            out[of].clients |= out[fid].clients
+            out[of].servers |= out[fid].servers
+    return out
