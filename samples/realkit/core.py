@@ -31,6 +31,19 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+def stall_group(proc, seconds: float, name: str) -> tuple[float, float]:
+    """Stop a server's whole process group (SIGSTOP: nsd serves from a forked child) for ``seconds``,
+    then let it go on; returns the wall-clock times it was stopped and continued."""
+    os.killpg(proc.pid, signal.SIGSTOP)
+    t_stop = time.time()
+    log(f"{name} {proc.pid} stopped (SIGSTOP)")
+    time.sleep(seconds)
+    os.killpg(proc.pid, signal.SIGCONT)
+    t_cont = time.time()
+    log(f"{name} {proc.pid} continued (SIGCONT)")
+    return t_stop, t_cont
+
+
 def _setns(fd: int) -> None:
     if _libc.setns(fd, CLONE_NEWNET) != 0:
         err = ctypes.get_errno()

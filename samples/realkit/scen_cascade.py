@@ -29,7 +29,6 @@ from __future__ import annotations
 import math
 import os
 import random
-import signal
 import subprocess
 import threading
 import time
@@ -39,7 +38,8 @@ import dns.exception
 import dns.resolver
 import dns.version
 
-from .core import ALL_DETECTORS, Capture, Lab, deb_version, first_packet_time, join_all, log, start_threads, wait_for
+from .core import (ALL_DETECTORS, Capture, Lab, deb_version, first_packet_time, join_all, log, stall_group,
+                   start_threads, wait_for)
 from .scen_dns import AUTH, RESOLVER, probe, start_nsd, start_unbound
 from .scen_krb import KDC, REALM, UID0, client_addr, start_mit_kdc, write_krb5_conf
 
@@ -161,13 +161,7 @@ def run_cascade(lab: Lab, out: Path, healthy: bool, n_clients: int = 40, seed: i
         wait_for(lambda: len(due_at) == n_clients, 30, "every client's first login")
         herd_at = min(due_at.values())
         time.sleep(max(0.0, herd_at - STALL_LEAD_S - time.time()))
-        os.killpg(nsd.pid, signal.SIGSTOP)   # nsd serves from a forked child: stop the group
-        t_stop = time.time()
-        log(f"nsd {nsd.pid} stopped (SIGSTOP)")
-        time.sleep(STALL_S)
-        os.killpg(nsd.pid, signal.SIGCONT)
-        t_cont = time.time()
-        log(f"nsd {nsd.pid} continued (SIGCONT)")
+        t_stop, t_cont = stall_group(nsd, STALL_S, "nsd")
     join_all(threads, 90)
     time.sleep(0.5)
     stats = cap.stop()

@@ -11,9 +11,7 @@ resolver -> authoritative traffic.
 from __future__ import annotations
 
 import math
-import os
 import random
-import signal
 import socket
 import threading
 import time
@@ -22,8 +20,8 @@ from pathlib import Path
 import dns.message
 import dns.rdatatype
 
-from .core import (ADDED_DETECTORS, ALL_DETECTORS, Capture, Lab, deb_version, first_packet_time, join_all, log,
-                   start_threads, wait_for)
+from .core import (ADDED_DETECTORS, ALL_DETECTORS, Capture, Lab, deb_version, first_packet_time, join_all,
+                   stall_group, start_threads, wait_for)
 
 RESOLVER = "10.77.0.53"
 AUTH = "10.77.0.54"
@@ -332,13 +330,7 @@ def run_retry_storm(lab: Lab, out: Path, healthy: bool, n_clients: int = 20,
 
     threads = start_threads(client, n_clients)
     time.sleep(max(0.0, t_base + stop_at - time.time()))
-    os.killpg(nsd.pid, signal.SIGSTOP)  # nsd serves from a forked child: stop the group
-    t_stop = time.time()
-    log(f"nsd {nsd.pid} stopped (SIGSTOP)")
-    time.sleep(stop_for)
-    os.killpg(nsd.pid, signal.SIGCONT)
-    t_cont = time.time()
-    log(f"nsd {nsd.pid} continued (SIGCONT)")
+    t_stop, t_cont = stall_group(nsd, stop_for, "nsd")
     join_all(threads, 60)
     stats = cap.stop()
     for s in stubs:
