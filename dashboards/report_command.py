@@ -13,25 +13,21 @@ from __future__ import annotations
 import os
 import time
 
-import click
 
 from analyzer.command import open_captures, writing
 from analyzer.errors import ExitCode, UnreadableCapture, fail
 from analyzer.selection import apply as select
-from detectors import ParameterError, available, incident_params, incidents, run
+from detectors import available, incidents
+from detectors.scan_command import linker_params, run_detectors
 from detectors.scan_config import ScanConfig
 
 from .report_html import ReportLimits, build_report
 
 
-def incidents_of(findings, cap, overrides: dict[str, object]) -> list[dict]:
+def incidents_of(findings, cap, cfg: ScanConfig) -> list[dict]:
     """The findings linked into incidents (:func:`detectors.incidents.link`, with the ``incident.*``
     overrides): all of ``findings`` (members add to their population's participants)."""
-    try:
-        params = incident_params(overrides)
-    except ParameterError as exc:
-        raise click.UsageError(str(exc)) from exc
-    return incidents.link(findings, cap, params)
+    return incidents.link(findings, cap, linker_params(cfg))
 
 
 def report(files, cfg: ScanConfig, selection, *, out: str, title: str | None, limits: ReportLimits) -> int:
@@ -44,13 +40,10 @@ def report(files, cfg: ScanConfig, selection, *, out: str, title: str | None, li
         return ExitCode.UNREADABLE
     with cap:
         select(cap, selection)
-        try:
-            findings = run(cap, only=cfg.detectors, overrides=cfg.overrides)  # no release: the charts read the frames
-        except ParameterError as exc:
-            raise click.UsageError(str(exc)) from exc
+        findings = run_detectors(cap, cfg, release=False)  # no release: the charts read the frames
         for warning in cap.warnings:
             fail(f"warning: {warning}")
-        incidents = incidents_of(findings, cap, cfg.overrides)
+        incidents = incidents_of(findings, cap, cfg)
         document, tally = build_report(cap, list(files), findings, cfg.detectors or list(available()),
                                        incidents=incidents, title=title, limits=limits)
     with writing("--out", out):

@@ -11,18 +11,16 @@ from __future__ import annotations
 
 import os
 
-import click
-
 from analyzer.command import open_captures, writing
 from analyzer.errors import ExitCode, UnreadableCapture, fail
-from analyzer.render import console as make_console
 from analyzer.selection import apply as select
 
-from . import ParameterError, available, run, top_level
+from . import available, top_level
 from .diff import compare, measure
 from .diff_gate import GateParams, describe_gate, gate
 from .diff_render import render, render_table
 from .report import capture_summary, finding_records
+from .scan_command import run_detectors, write_output
 from .scan_config import ScanConfig
 
 
@@ -47,10 +45,7 @@ def measure_side(path: str, cfg: ScanConfig, selection) -> tuple[dict, dict]:
             fail(f"warning: {warning}")
         select(cap, selection)
         measured = measure(cap, None, "+".join(files))  # before the detectors' release frees the TCP frames
-        try:
-            findings = top_level(run(cap, only=cfg.detectors, overrides=cfg.overrides, release=True))
-        except ParameterError as exc:
-            raise click.UsageError(str(exc)) from exc
+        findings = top_level(run_detectors(cap, cfg, release=True))
         measured["findings"] = finding_records(findings, "+".join(files), cap)  # scan's FINDING objects
         summary = capture_summary(cap, files, findings, cfg.detectors or list(available()))
         summary["warnings"] = list(cap.warnings)
@@ -86,18 +81,5 @@ def diff(before: str, after: str, cfg: ScanConfig, selection, params: GateParams
 
 def write_diff(result: dict, fmt: str, output: str | None, quiet: bool) -> None:
     """The report in ``fmt`` on standard output or in ``output`` (nothing on stdout with ``quiet``)."""
-    if quiet and not output:
-        return
-    if fmt == "table":
-        if output:
-            with open(output, "w") as fh:
-                render_table(result, make_console(fh))
-        else:
-            render_table(result)
-        return
-    text = render(result, fmt)
-    if output:
-        with open(output, "w") as fh:
-            fh.write(text)
-    else:
-        click.echo(text, nl=False)
+    write_output(output, quiet, table=(lambda console: render_table(result, console)) if fmt == "table" else None,
+                 text=lambda: render(result, fmt))

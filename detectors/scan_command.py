@@ -42,12 +42,9 @@ def scan(files, cfg: ScanConfig, selection, *, fmt: str, output: str | None, sep
             code = ExitCode.UNREADABLE
             continue
         select(cap, selection)
-        try:
-            linker = incident_params(cfg.overrides)
-            kept = incidents.retain(cap, required_frames(cfg.detectors))  # what release would free
-            findings = run(cap, only=cfg.detectors, overrides=cfg.overrides, release=True)
-        except ParameterError as exc:
-            raise click.UsageError(str(exc)) from exc
+        linker = linker_params(cfg)
+        kept = incidents.retain(cap, required_frames(cfg.detectors))  # what release would free
+        findings = run_detectors(cap, cfg, release=True)
         stage("incidents")
         linked = incidents.link(findings, cap, linker, retained=kept)
         listed = expanded(findings) if expand else top_level(findings)  # populations' members: --expand
@@ -70,25 +67,51 @@ def scan(files, cfg: ScanConfig, selection, *, fmt: str, output: str | None, sep
     return code
 
 
+def run_detectors(cap, cfg: ScanConfig, *, release: bool) -> pl.DataFrame:
+    """The findings of ``cfg``'s detectors and parameters over ``cap`` (:func:`detectors.run`; a scan,
+    which needs nothing of the capture afterwards, with ``release``); a parameter the detectors refuse
+    (ParameterError) is a usage error, as every command that runs them reports it."""
+    try:
+        return run(cap, only=cfg.detectors, overrides=cfg.overrides, release=release)
+    except ParameterError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
+def linker_params(cfg: ScanConfig) -> incidents.Params:
+    """The incident linker's parameters (``incident.*`` of ``--set``/``--config``); a bad one is a usage error."""
+    try:
+        return incident_params(cfg.overrides)
+    except ParameterError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
+def write_output(output: str | None, quiet: bool, *, table=None, text=None) -> None:
+    """A command's report on standard output or in ``output`` (nothing on stdout with ``quiet``):
+    ``table(console)`` prints itself on a console (None: standard output's), else ``text()`` is the text."""
+    if quiet and not output:
+        return
+    if table is not None:
+        if output:
+            with open(output, "w") as fh:
+                table(make_console(fh))
+        else:
+            table(None)
+        return
+    body = text()
+    if output:
+        with open(output, "w") as fh:
+            fh.write(body)
+    else:
+        click.echo(body, nl=False)
+
+
 def write_scan(results, frames, fmt, fail_on, output, quiet) -> None:
     """The report in ``fmt`` on standard output or in ``output`` (nothing on stdout with ``quiet``)."""
-    if quiet and not output:
-        pass
-    elif fmt == "table":
-        if output:
-            with open(output, "w") as fh:
-                render_table(results, fail_on, make_console(fh))
-        else:
-            render_table(results, fail_on)
-    elif fmt == "parquet":
+    if fmt == "parquet":  # --output is required with parquet (checked by the caller)
         (pl.concat(frames) if frames else pl.DataFrame()).write_parquet(output)
-    else:
-        text = render(results, frames, fmt, fail_on)
-        if output:
-            with open(output, "w") as fh:
-                fh.write(text)
-        else:
-            click.echo(text, nl=False)
+        return
+    write_output(output, quiet, table=(lambda console: render_table(results, fail_on, console)) if fmt == "table"
+                 else None, text=lambda: render(results, frames, fmt, fail_on))
 
 
 def show(finding_id: str, files, cfg: ScanConfig, *, fmt: str, use_tshark: bool) -> int:
