@@ -11,17 +11,15 @@ from . import nfs_layout as L
 from .nfs_xdr import (F_CLAIM_TYPE, F_CLIENTID, F_CUR_ID, F_DELEGATION_TYPE, F_DENIED_LENGTH, F_DENIED_OFFSET,
                       F_DENIED_TYPE, F_FH_HASH, F_HIGHEST_SLOTID, F_LENGTH, F_LOCK_TYPE, F_OFFSET, F_OPEN_TYPE,
                       F_SEQID, F_SEQUENCEID, F_SHARE_ACCESS, F_SHARE_DENY, F_SLOTID, MAX_NAME_BYTES,
-                      MAX_OPAQUE_BYTES, NOT_WALKED, NULL, ROOT_ID, S_SESSIONID, bitmap_end, fattr_end, fixed_end,
-                      opaque_end, put_fh, put_lock_owner, put_name, put_stateid, put_string, u32, u64)
+                      MAX_OPAQUE_BYTES, NOT_WALKED, NULL, ROOT_ID, S_SESSIONID, array_count, bitmap_end, fattr_end,
+                      fixed_end, opaque_end, put_fh, put_lock_owner, put_name, put_stateid, put_string, u32, u64)
 
 
 @njit(cache=True, _nrt=False)
 def cb_sec_parms_end(buf, p, end):
     """callback_sec_parms4<> (RFC 8881 §18.33.1): AUTH_NONE, AUTH_SYS or RPCSEC_GSS entries."""
-    if p < 0 or p + 4 > end:
-        return -1
-    n = u32(buf, p)
-    if n > L.MAX_XDR_ARRAY:
+    n = array_count(buf, p, end)
+    if n < 0:
         return -1
     p += 4
     for _ in range(n):
@@ -291,9 +289,10 @@ def nfs4_op_args(buf, p, end, op, row, arena, apos, cur, saved):
         p, apos = sequence_args(buf, p, end, row, arena, apos)
         p = fixed_end(p, 4, end)  # cachethis
     elif op == L.OP_TEST_STATEID:
-        if p + 4 > end or u32(buf, p) > L.MAX_XDR_ARRAY:
+        n = array_count(buf, p, end)
+        if n < 0:
             return -1, apos, cur, saved
-        p = fixed_end(p + 4, L.STATEID_BYTES * u32(buf, p), end)
+        p = fixed_end(p + 4, L.STATEID_BYTES * n, end)
     elif op == L.OP_ALLOCATE or op == L.OP_DEALLOCATE:
         p, apos = put_stateid(row, arena, apos, buf, p, end)
         if fixed_end(p, 16, end) >= 0:
@@ -399,9 +398,9 @@ def nfs4_op_result(buf, p, end, op, status, row, arena, apos):
             p = fattr_end(buf, opaque_end(buf, fixed_end(p, 8, end), end, MAX_NAME_BYTES), end)
         return -1, apos
     if op == L.OP_SECINFO or op == L.OP_SECINFO_NO_NAME:
-        if p + 4 > end or u32(buf, p) > L.MAX_XDR_ARRAY:
+        n = array_count(buf, p, end)
+        if n < 0:
             return -1, apos
-        n = u32(buf, p)
         p += 4
         for _ in range(n):
             if p + 4 > end:
@@ -448,9 +447,8 @@ def nfs4_op_result(buf, p, end, op, status, row, arena, apos):
         p, apos = sequence_args(buf, p, end, row, arena, apos)
         return fixed_end(p, 8, end), apos  # target_highest_slotid, status_flags
     if op == L.OP_TEST_STATEID:
-        if p + 4 > end or u32(buf, p) > L.MAX_XDR_ARRAY:
-            return -1, apos
-        return fixed_end(p + 4, 4 * u32(buf, p), end), apos
+        n = array_count(buf, p, end)
+        return (-1 if n < 0 else fixed_end(p + 4, 4 * n, end)), apos
     if op == L.OP_SEEK:
         return fixed_end(p, 12, end), apos
     if op == L.OP_DELEGPURGE or op == L.OP_DELEGRETURN or op == L.OP_LOOKUP or op == L.OP_LOOKUPP \
@@ -480,15 +478,16 @@ def cb_op_args(buf, p, end, op, row, arena, apos):
     if op == L.CB_SEQUENCE:  # ..., cachethis, referring_call_lists<>
         p, apos = sequence_args(buf, p, end, row, arena, apos)
         p = fixed_end(p, 4, end)
-        if p < 0 or p + 4 > end or u32(buf, p) > L.MAX_XDR_ARRAY:
+        n = array_count(buf, p, end)
+        if n < 0:
             return -1, apos
-        n = u32(buf, p)
         p += 4
         for _ in range(n):
             p = fixed_end(p, 16, end)
-            if p < 0 or p + 4 > end or u32(buf, p) > L.MAX_XDR_ARRAY:
+            m = array_count(buf, p, end)
+            if m < 0:
                 return -1, apos
-            p = fixed_end(p + 4, 8 * u32(buf, p), end)
+            p = fixed_end(p + 4, 8 * m, end)
         return p, apos
     if op == L.CB_RECALL_ANY:
         return bitmap_end(buf, fixed_end(p, 4, end), end), apos

@@ -107,14 +107,20 @@ def fixed_end(p, n, end):
 
 
 @njit(cache=True, _nrt=False)
-def bitmap_end(buf, p, end):
-    """End of a bitmap4 (RFC 7530 §3.3.7: uint32 array)."""
+def array_count(buf, p, end):
+    """The element count of the XDR array at ``p`` (RFC 4506 §4.13: a uint32 before the elements), or -1
+    when ``p`` is already -1, the count is cut off, or it exceeds MAX_XDR_ARRAY (hostile input)."""
     if p < 0 or p + 4 > end:
         return -1
-    n = u32(buf, p)
-    if n > L.MAX_XDR_ARRAY:
-        return -1
-    return fixed_end(p + 4, 4 * n, end)
+    n = np.int64(u32(buf, p))
+    return -1 if n > L.MAX_XDR_ARRAY else n
+
+
+@njit(cache=True, _nrt=False)
+def bitmap_end(buf, p, end):
+    """End of a bitmap4 (RFC 7530 §3.3.7: uint32 array)."""
+    n = array_count(buf, p, end)
+    return -1 if n < 0 else fixed_end(p + 4, 4 * n, end)
 
 
 @njit(cache=True, _nrt=False)
