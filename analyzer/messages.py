@@ -106,7 +106,30 @@ def _assemble(buf, order, group_start, frag_offset, payload_offset, captured, wi
         out_complete[g] = total >= 0 and filled >= total
 
 
-def _reassembled_udp(cap, packets: pl.DataFrame, service_ports: set[int]):
+def _on_service(service_ports: set[int]) -> pl.Expr:
+    """Datagrams to or from a service port."""
+    ports = pl.Series(sorted(service_ports), dtype=pl.UInt16).implode()
+    return pl.col("sport").is_in(ports) | pl.col("dport").is_in(ports)
+
+
+def _service_datagrams(frame: pl.DataFrame, service_ports: set[int], also_flows: pl.DataFrame | None) -> pl.DataFrame:
+    """The rows of FRAME to or from a service port, and those of the ALSO_FLOWS 4-tuples (either way)."""
+    on_port = frame.filter(_on_service(service_ports))
+    if also_flows is None or also_flows.height == 0:
+        return on_port
+    key = list(FLOW_KEY_COLUMNS)
+    flows = also_flows.select([pl.col(c).cast(pl.String) for c in key[:2]] + [pl.col(c).cast(pl.UInt16) for c in key[2:]])
+    both = pl.concat([flows, flows.select(pl.col("dst").alias("src"), pl.col("src").alias("dst"),
+                                          pl.col("dport").alias("sport"), pl.col("sport").alias("dport"))]).unique()
+    probe = frame.with_row_index("_k").select("_k", *[pl.col(c).cast(pl.String) for c in key[:2]],
+                                              *[pl.col(c).cast(pl.UInt16) for c in key[2:]])
+    learned = probe.join(both, on=key, how="semi")["_k"]
+    hit = pl.Series(np.zeros(frame.height, np.bool_))
+    hit[learned.to_numpy()] = True
+    return frame.filter(_on_service(service_ports) | hit)
+
+
+def _reassembled_udp(cap, packets: pl.DataFrame, service_ports: set[int], also_flows: pl.DataFrame | None = None):
     """(datagrams frame without flow ids, their buffer), or None."""
     frags = packets.filter((pl.col("ip_proto") == 17) & (pl.col("frag_offset").is_not_null())
                            & (((pl.col("ip_flags") & 1) == 1) | (pl.col("frag_offset") > 0)))
@@ -149,23 +172,23 @@ def _reassembled_udp(cap, packets: pl.DataFrame, service_ports: set[int]):
         pl.Series("offset", out_start + 8), pl.Series("length", np.maximum(out_len - 8, 0)),
         pl.Series("wire_length", np.maximum(out_wire - 8, 0)), pl.Series("complete", out_complete),
     ).join(heads.select("group", "src", "dst", "sport", "dport"), on="group", how="inner")
-    ports = pl.Series(sorted(service_ports), dtype=pl.UInt16).implode()
-    datagrams = datagrams.filter(pl.col("sport").is_in(ports) | pl.col("dport").is_in(ports))
+    datagrams = _service_datagrams(datagrams, service_ports, also_flows)
     if datagrams.height == 0:
         return None
     return datagrams, out
 
 
-def udp_messages(cap, service_ports: set[int], *, direction=None) -> list[MessageSet]:
+def udp_messages(cap, service_ports: set[int], *, direction=None, also_flows: pl.DataFrame | None = None
+                 ) -> list[MessageSet]:
     """UDP datagrams to or from ``service_ports``: unfragmented ones over the capture buffer, and
     reassembled fragmented ones in a buffer of their own. ``from_client``: towards a service port, or
-    what ``direction(message_set)`` (a bool per message) says; flows are oriented by it."""
+    what ``direction(message_set)`` (a bool per message) says; flows are oriented by it. ``also_flows``:
+    the datagrams of these (src, dst, sport, dport) too, either way (flows a decoder learned from the
+    capture, e.g. NLM on a port the portmapper handed out)."""
     p = _udp_packets(cap)
-    ports = pl.Series(sorted(service_ports), dtype=pl.UInt16).implode()
-    whole = p.filter(
+    whole = _service_datagrams(p.filter(
         (pl.col("ip_proto") == 17) & (pl.col("parse_status").is_in(["ok", "bad_l4"]))
-        & ((pl.col("ip_flags") & 1) == 0) & (pl.col("frag_offset") == 0)
-        & (pl.col("sport").is_in(ports) | pl.col("dport").is_in(ports))
+        & ((pl.col("ip_flags") & 1) == 0) & (pl.col("frag_offset") == 0)), service_ports, also_flows,
     ).with_columns(
         pl.col("frame").alias("frame_first"), pl.col("frame").alias("frame_last"),
         pl.col("ts_ns").alias("ts_first_ns"), pl.col("ts_ns").alias("ts_last_ns"),
@@ -173,7 +196,7 @@ def udp_messages(cap, service_ports: set[int], *, direction=None) -> list[Messag
         pl.col("payload_len").alias("wire_length"),
     )
     pieces = [(whole, cap.buf)]
-    fragmented = _reassembled_udp(cap, p, service_ports)
+    fragmented = _reassembled_udp(cap, p, service_ports, also_flows)
     if fragmented is not None:
         pieces.append(fragmented)
     # flow ids are numbered over all pieces so a flow has one id whichever buffer holds a datagram
@@ -235,3 +258,60 @@ def protocol_message_sets(cap, proto: Protocol, *, only_conns=None) -> list[Mess
                                    ms.buf, ms.stats) for ms in tcp_sets]
         sets += tcp_sets
     return sets
+
+
+
+def _peer_pairs(sets: list[MessageSet]) -> pl.DataFrame | None:
+    """(a, b) address pairs (text, both orders) that exchanged messages in SETS; None when none did."""
+    pairs = [ms.frame.select(pl.col("src").cast(pl.String).alias("a"), pl.col("dst").cast(pl.String).alias("b"))
+             for ms in sets if ms.height]
+    if not pairs:
+        return None
+    pairs = pl.concat(pairs).unique()
+    return pl.concat([pairs, pairs.select(pl.col("b").alias("a"), pl.col("a").alias("b"))]).unique()
+
+
+def peer_connections(cap, sets: list[MessageSet], proto: Protocol) -> list[int]:
+    """TCP connections between two hosts that exchanged ``proto``'s messages (SETS, from its declared
+    ports), on ports it does not declare: where a protocol's peers talk it on ports learned at run time
+    (an NFSv4.0 callback channel, RFC 7530 §3.3.5: the server connects to the client's callback port;
+    NLM and MOUNT on ports from the portmapper). Candidates only: the decoder checks their bytes."""
+    pairs = _peer_pairs(sets)
+    if pairs is None:
+        return []
+    ports = pl.Series(sorted(set(proto.tcp_ports)), dtype=pl.UInt16).implode()
+    conns = cap.frame("connections").filter(~pl.col("server_port").is_in(ports) & ~pl.col("client_port").is_in(ports))
+    if conns.height == 0:
+        return []
+    found = conns.select("conn", pl.col("client").cast(pl.String).alias("a"), pl.col("server").cast(pl.String).alias("b")) \
+        .join(pairs, on=["a", "b"], how="semi")
+    return found["conn"].to_list()
+
+
+def peer_datagrams(cap, sets: list[MessageSet], proto: Protocol) -> pl.DataFrame:
+    """The UDP twin of :func:`peer_connections`: per UDP flow between two such hosts on ports ``proto``
+    does not declare, its first whole datagram (``src dst sport dport offset length``: the payload in
+    the capture buffer), for the decoder to check; pass the flows it accepts to
+    :func:`udp_messages` as ``also_flows``."""
+    cols = {"src": pl.String, "dst": pl.String, "sport": pl.UInt16, "dport": pl.UInt16, "offset": pl.Int64,
+            "length": pl.Int64}
+    pairs = _peer_pairs(sets)
+    if pairs is None:
+        return pl.DataFrame(schema=cols)
+    ports = pl.Series(sorted(set(proto.udp_ports)), dtype=pl.UInt16).implode()
+    p = _udp_packets(cap).filter(
+        (pl.col("parse_status").is_in(["ok", "bad_l4"])) & ((pl.col("ip_flags") & 1) == 0) & (pl.col("frag_offset") == 0)
+        & ~pl.col("sport").is_in(ports) & ~pl.col("dport").is_in(ports))
+    if p.height == 0:
+        return pl.DataFrame(schema=cols)
+    p = p.select("frame", pl.col("src").cast(pl.String), pl.col("dst").cast(pl.String), "sport", "dport",
+                 pl.col("payload_offset").cast(pl.Int64).alias("offset"),
+                 pl.col("payload_caplen").cast(pl.Int64).alias("length"))
+    p = p.join(pairs.rename({"a": "src", "b": "dst"}), on=["src", "dst"], how="semi")
+    lo = (pl.col("src") < pl.col("dst")) | ((pl.col("src") == pl.col("dst")) & (pl.col("sport") <= pl.col("dport")))
+    key = pl.struct(pl.when(lo).then(pl.col("src")).otherwise(pl.col("dst")).alias("a"),
+                    pl.when(lo).then(pl.col("sport")).otherwise(pl.col("dport")).alias("ap"),
+                    pl.when(lo).then(pl.col("dst")).otherwise(pl.col("src")).alias("b"),
+                    pl.when(lo).then(pl.col("dport")).otherwise(pl.col("sport")).alias("bp"))
+    first = p.sort("frame").with_columns(key.alias("_flow")).group_by("_flow", maintain_order=True).first()
+    return first.select([pl.col(c).cast(t) for c, t in cols.items()])

@@ -24,7 +24,9 @@ import polars as pl
 import pyarrow as pa
 
 from ..capture import frame_builder
-from ..messages import KEPT_COLUMNS, MESSAGE_COLUMNS as _SET_COLUMNS, MessageSet, protocol_message_sets
+from ..messages import (KEPT_COLUMNS, MESSAGE_COLUMNS as _SET_COLUMNS, MessageSet, peer_connections, peer_datagrams,
+                        protocol_message_sets, udp_messages)
+from ..tcp import tcp_messages
 from ..schema import FRAMES, Column, column, empty_frame, polars_type
 from . import nfs_kernels as k
 from . import nfs_xdr as X
@@ -302,8 +304,55 @@ def decode_messages(sets: Sequence[MessageSet]) -> pl.DataFrame:
 
 
 def message_sets(cap) -> list[MessageSet]:
-    """RPC message sets of a capture: TCP and UDP 111 and 2049 (from PROTOCOL)."""
-    return protocol_message_sets(cap, PROTOCOL)
+    """RPC message sets of a capture: TCP and UDP on PROTOCOL's ports, and RPC between the same hosts on
+    ports learned at run time: the NFSv4.0 callback channel (the server connects to the port the client
+    named in SETCLIENTID's cb_location, RFC 7530 §3.3.5, §16.33) and NLM / MOUNT / STATUS on the ports
+    the portmapper handed out (RFC 1833). Candidates are the TCP connections and UDP flows between
+    hosts seen speaking RPC on the declared ports (:func:`analyzer.messages.peer_connections`,
+    :func:`~analyzer.messages.peer_datagrams`); one counts when its first message is an RPC CALL
+    (:func:`rpc_calls`)."""
+    sets = protocol_message_sets(cap, PROTOCOL)
+    learned = _learned_tcp_sets(cap, sets)
+    first = peer_datagrams(cap, sets, PROTOCOL)
+    flows = first.filter(pl.Series(rpc_calls(cap.buf, first["offset"].to_numpy(), first["length"].to_numpy())))
+    if flows.height:  # UDP again, with the learned flows (flow ids are numbered over one call)
+        sets = [ms for ms in sets if ms.frame["transport"].cast(pl.String).ne("udp").all()]
+        sets += udp_messages(cap, set(PROTOCOL.udp_ports), direction=message_direction, also_flows=flows)
+    return sets + learned
+
+
+def rpc_calls(buf, offset, length) -> np.ndarray:
+    """Per message (OFFSET, LENGTH in BUF): an RPC CALL (msg_type 0, rpcvers 2, RFC 5531 §9) to a program
+    of :data:`nfs_layout.PROGRAMS` or of the callback range (RFC 7530 §16.33.1: 0x40000000-0x5fffffff)."""
+    off, n = np.asarray(offset, np.int64), np.asarray(length, np.int64)
+    if off.size == 0:
+        return np.zeros(0, np.bool_)
+    hdr = k.headers(buf, off, n)
+    whole = (n >= 12) & (off >= 0) & (off + 12 <= buf.shape[0])
+    at = np.where(whole, off + 8, 0)[:, None] + np.arange(4)
+    word = (buf[at].astype(np.int64) << np.array([24, 16, 8, 0])).sum(axis=1) if buf.shape[0] >= 4 else 0
+    rpcvers = np.where(whole, word, -1)
+    prog = hdr[:, 2]
+    known = np.isin(prog, np.array(list(L.PROGRAMS), np.int64)) | ((prog >= L.CB_PROG_FIRST) & (prog < L.CB_PROG_END))
+    return (hdr[:, 1] == L.CALL) & (rpcvers == 2) & known
+
+
+def _learned_tcp_sets(cap, sets: list[MessageSet]) -> list[MessageSet]:
+    """The candidate TCP connections whose initiator's first message is an RPC call, framed."""
+    cands = peer_connections(cap, sets, PROTOCOL)
+    if not cands:
+        return []
+    out = []
+    for ms in tcp_messages(cap, PROTOCOL.tcp_framing, set(), client_side="connection_initiator", also_conns=cands):
+        f = ms.frame.with_row_index("_row")
+        first = f.filter(pl.col("from_client")).sort("ts_first_ns", "_row").group_by("flow", maintain_order=True).first()
+        ok = first["flow"].filter(pl.Series(rpc_calls(ms.buf, first["offset"].to_numpy(), first["length"].to_numpy())))
+        keep = f.filter(pl.col("flow").is_in(ok.implode())).drop("_row")
+        if keep.height == 0:
+            continue
+        keep = keep.with_columns(pl.Series("from_client", message_direction(MessageSet(keep, ms.buf, ms.stats))))
+        out.append(MessageSet(keep, ms.buf, ms.stats.filter(pl.col("conn").is_in(ok.cast(pl.UInt32).implode()))))
+    return out
 
 
 def outcome_rules() -> tuple[str, str]:

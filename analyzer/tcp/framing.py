@@ -348,10 +348,11 @@ TCP_CLIENT_SIDE_RULES = ("service_port", "connection_initiator")  # what TCP can
 
 
 def tcp_messages(cap, framing: str, service_ports: set[int], *, max_copy: int | None = None,
-                 client_side: str = "service_port", only_conns=None) -> list[MessageSet]:
+                 client_side: str = "service_port", only_conns=None, also_conns=None) -> list[MessageSet]:
     """Messages of the TCP connections to or from ``service_ports``, framed with ``framing``; with
     ``only_conns`` (connection ids), of those connections only (each is framed on its own, so its
-    messages are the same either way).
+    messages are the same either way); ``also_conns``: these connections too, whatever their ports (ones
+    a decoder learned from the capture, e.g. an RPC callback channel).
 
     ``client_side`` decides ``from_client``: "service_port", the side sending to a service port (the
     lower one when both ends use one; the same port at both ends: as "connection_initiator");
@@ -363,7 +364,10 @@ def tcp_messages(cap, framing: str, service_ports: set[int], *, max_copy: int | 
     max_copy = DEFAULT_MAX_COPY[framing] if max_copy is None else max_copy
     conns = cap.frame("connections")
     ports = pl.Series(sorted(service_ports), dtype=pl.UInt16).implode()
-    wanted = conns.filter(pl.col("server_port").is_in(ports) | pl.col("client_port").is_in(ports))
+    on_port = pl.col("server_port").is_in(ports) | pl.col("client_port").is_in(ports)
+    if also_conns is not None:
+        on_port = on_port | pl.col("conn").is_in(pl.Series(also_conns, dtype=conns["conn"].dtype).implode())
+    wanted = conns.filter(on_port)
     if only_conns is not None:
         wanted = wanted.filter(pl.col("conn").is_in(pl.Series(only_conns, dtype=wanted["conn"].dtype).implode()))
     if wanted.height == 0:
