@@ -6,33 +6,48 @@ forwards each one upstream). Without exponential backoff (RFC 8085 §3.1.3, RFC 
 without jitter, the retries of many clients keep the server down, and clients that time out together
 retry in phase (synchronised waves).
 
-**Signal.** Every *send* of a request: DNS queries (the first query of a transaction and each
-retransmission of it, from ``dns_messages``), Kerberos, LDAP and SMB2 requests (their transaction
-frames), and TCP SYNs (``tcp_segments`` + ``connections``: retransmitted SYNs and new connection
+**Signal.** Every *send* of a request: the first send of every transaction (every protocol's
+transaction frame: DNS, Kerberos, LDAP, SMB2, NFS/ONC-RPC ...), each resend a protocol folds into its
+transaction and declares (``Protocol.resends`` in analyzer/decoders/protocol.py: DNS queries re-sent
+with their id and question, ``dns_messages``; RPC calls re-sent with their xid, ``nfs_messages``, RFC
+5531 §9), and TCP SYNs (``tcp_segments`` + ``connections``: retransmitted SYNs and new connection
 attempts). Sends of one client to one server for the same request are a *retry* of the send
 before when that one came at most ``max_gap_ns`` earlier and either had been answered with an
 error by then (SERVFAIL, a KRB-ERROR that ended the login, an LDAP error, STATUS_SHARING_VIOLATION,
-a RST to a SYN) or had no answer yet — for requests over TCP only when the resend uses another
-connection: on one connection TCP does the retransmitting, and a second request sent before the
-first is answered is a pipelined twin, not a retry. "The same request" is operation + resource
-(DNS name and type, Kerberos principal, LDAP DN, SMB2 path; server port for SYNs) plus the fields
-that tell requests apart beyond them (LDAP filter, scope, attributes and OID, Kerberos cname, SMB2
-info class, offset, create disposition and file id). A request with its retries is a *chain*.
+an NFS error, a RST to a SYN) or had no answer yet — for requests with a new id over TCP only when the
+resend uses another connection: on one connection TCP does the retransmitting, and a second request
+sent before the first is answered is a pipelined twin, not a retry. A resend its protocol recognises
+by its id is the application retrying on any connection (TCP's own retransmissions never reach the
+message layer; Linux re-sends an RPC with its xid after ``timeo``, on the same connection or after a
+reconnect, nfs(5)) and whatever the gap (the decoder's pairing window bounds it: 60 s and more for
+NFS over TCP). "The same request" is operation + resource (DNS name and type, Kerberos principal,
+LDAP DN, SMB2 path, NFS path or handle; server port for SYNs) plus the fields that tell requests apart
+beyond them (LDAP filter, scope, attributes and OID, Kerberos cname, SMB2 info class, offset, create
+disposition and file id, NFS offset and length). A request with its retries is a *chain*.
+**Lock polling is not a retry storm:** asks answered with one of their protocol's ``poll_answers``
+(``Protocol.poll_answers``: NFSv4 LOCK answered NFS4ERR_DENIED, RFC 7530 §16.10.4; NLM LOCK without
+block answered NLM4_DENIED) are a client polling a lock another owner holds, reported by the
+``lock_polling`` detector; they are left out here.
 Kerberos' PREAUTH_REQUIRED -> AS-REQ with pre-authentication (and RESPONSE_TOO_BIG -> TCP) is the
 protocol working (the kerberos decoder marks that step as no error), so it is never a retry.
 Retried chains of one server (and port) that overlap or lie within ``episode_gap_ns`` of each
 other are one episode: one finding, starting at its first retry.
 
 Reported: clients, retried requests, retries, retries per original request (the metric) and the
-amplification (sends per retried request), how the tries ended (errors by status, unanswered), the
+amplification (sends per retried request), how the tries ended (errors by status, unanswered, answered
+only after the client had asked again), the
 backoff class of the inter-send intervals — none (a fixed timer), linear, exponential, with or
 without jitter, or irregular (:func:`classify_backoff`: per-chain least-squares growth of the
 log-intervals, model residuals) —, whether the clients retry in phase (:func:`in_phase`: the median
 distance from a retry to the nearest retry of another client, against what independent timers
 would give at that rate), and the retry timer (median first interval) against the server's
 measured response time (median latency of requests answered without a retry; for SYNs the
-handshake RTT): "retry timer 250 ms is 723x the 346 µs response time", or "the retry timer 20 ms
-is shorter than the server's 80 ms response time: clients resend before it could have answered".
+handshake RTT) and, over TCP, the connections' handshake RTT: "retry timer 250 ms is 723x the
+346 µs response time", "retry timer 60 s (Linux's default timeo for TCP mounts, nfs(5)) is
+200,000x the 300 µs response time and 666,667x the connections' 90 µs TCP handshake RTT", or "the
+retry timer 20 ms is shorter than the server's 80 ms response time: clients resend before it could
+have answered". A timer within 5 % of its protocol's declared default (``Protocol.retry_timers``)
+is named as that default.
 A client that is itself a server of the protocol in the capture (a forwarder) is said to be
 possibly relaying its own clients' retries.
 
@@ -59,7 +74,9 @@ through a failure: at most low. Without any answer of the protocol in the captur
 
 **References.** RFC 8085 §3.1.3 (UDP retransmission, backoff), RFC 1035 §4.2.1 and RFC 1536 §1
 (DNS retransmission), RFC 4120 §7.2.1 (KDC timeouts), RFC 6298 and RFC 9293 §3.8.1 (TCP RTO, SYN
-retransmission), MS-SMB2 §3.3.5.9 (CREATE and its sharing checks), AWS Architecture Blog,
+retransmission), MS-SMB2 §3.3.5.9 (CREATE and its sharing checks), RFC 5531 §9 (xid,
+retransmissions), nfs(5) ``timeo``/``retrans`` (Linux: UDP 1.1 s doubling to 60 s, TCP 60 s growing
+linearly), RFC 7530 §16.10 / RFC 8881 §18.10 (LOCK, NFS4ERR_DENIED), AWS Architecture Blog,
 "Exponential Backoff And Jitter" (2015).
 
 **Known false positives.** A client that polls a failing resource on its normal schedule within
@@ -85,24 +102,29 @@ from .base import (client_identity_by, fmt_limited, fmt_ns, fmt_number, findings
 from .params import LOWER, UPPER, param
 from .herd import streams_text
 from .retry_storm_backoff import MAX_CLASSIFIED_CHAINS  # noqa: F401 - public here too
-from .retry_storm_sends import ACK, SEND_SCHEMA, SYN, syn_sends, transaction_sends  # noqa: F401
+from .retry_storm_sends import ACK, RESEND_FRAMES, SEND_SCHEMA, SYN, syn_sends, transaction_sends  # noqa: F401
 
 NAME = "retry_storm"
 KINDS = PROTOCOL_KINDS + ("tcp_syn",)  # the protocol of the requests (SYN retries: tcp_syn)
-# every frame it reads: each protocol's transactions (from the protocol registry), DNS's messages (its
-# retransmitted queries), TCP's frames (SYN retries) and the tick
-REQUIRES = (*TRANSACTION_FRAMES, "dns_messages", "connections", "tcp_segments", "interfaces")
+# every frame it reads: each protocol's transactions and the message frames of the protocols that declare
+# resends (Protocol.resends_frame: DNS's re-sent queries, RPC's re-sent calls), both from the protocol
+# registry; TCP's frames (SYN retries, connection RTTs) and the tick
+REQUIRES = (*TRANSACTION_FRAMES, *RESEND_FRAMES, "connections", "tcp_segments", "interfaces")
 ORDER = 20  # where it runs and is listed (detectors/__init__.py)
 
 S = 1_000_000_000
 # the clients' normal pace for a request is known when at least this share of the retried requests show it
 # (two asks answered fine in a row): then a resend no faster than it is polling, not a storm
 PACE_KNOWN_SHARE = 0.5
+# a measured retry timer this close (share) to a protocol's declared default (Protocol.retry_timers) is named
+# as that default in the sentence (wording only: it decides nothing)
+DEFAULT_TIMER_SHARE = 0.05
 
 
 @dataclass(frozen=True)
 class Params:
-    max_gap_ns: int = param(10_000_000_000, "a resend later than this after the previous try is a new request",
+    max_gap_ns: int = param(10_000_000_000, "a re-ask later than this after the previous try is a new request "
+                                            "(not a resend with the same id: its protocol says it is the same)",
                             unit="ns", lo=1)
     episode_gap_ns: int = param(10_000_000_000, "retried requests of one server this close form one episode",
                                 unit="ns", lo=1)
@@ -207,33 +229,48 @@ def _explain(r: dict, res_ns: float) -> str:
     after_errors = errs * 2 >= failed and errs > 0
     rtt_name = "handshake RTT" if kind == "tcp" else "response time"
     rtt_of = "" if r["rtt_from_server"] else " (of other servers: it answered nothing on the first try)"
+    conn_rtt = ""
+    if kind != "tcp" and r["reliable"] and r["conn_rtt_ns"] is not None and r["conn_rtt_ns"] > 0 \
+            and r["timer_ns"] is not None:
+        conn_rtt = (f" and {fmt_number(r['timer_ns'] / r['conn_rtt_ns'])}x the connections' "
+                    f"{fmt_limited(r['conn_rtt_ns'], res_ns)} TCP handshake RTT")
+    default = _default_timer(declared, r)
     if r["timer_ns"] is None:
         timer = ""
     elif r["rtt_ns"] is None or r["rtt_ns"] <= 0:
-        timer = f"; retry {'interval' if after_errors else 'timer'} {fmt_ns(r['timer_ns'])}, response time unknown"
+        conn_rtt = f" is{conn_rtt[4:]}" if conn_rtt else ""
+        timer = (f"; retry {'interval' if after_errors else 'timer'} {fmt_ns(r['timer_ns'])}{default}{conn_rtt}, "
+                 f"response time unknown")
     elif after_errors:
+        conn_rtt = (f" and a {fmt_limited(r['conn_rtt_ns'], res_ns)} TCP handshake RTT" if conn_rtt else "")
         timer = (f"; median retry interval {fmt_ns(r['timer_ns'])} against a {fmt_limited(r['rtt_ns'], res_ns)} "
-                 f"{rtt_name}{rtt_of}")
+                 f"{rtt_name}{rtt_of}{conn_rtt}")
     elif r["timer_ns"] < r["rtt_ns"]:
-        timer = (f"; the retry timer {fmt_ns(r['timer_ns'])} is shorter than the server's "
+        timer = (f"; the retry timer {fmt_ns(r['timer_ns'])}{default} is shorter than the server's "
                  f"{fmt_limited(r['rtt_ns'], res_ns)} "
                  f"{rtt_name}{rtt_of}: clients resend before it could have answered")
     else:
-        timer = (f"; retry timer {fmt_ns(r['timer_ns'])} is {fmt_number(r['timer_ns'] / r['rtt_ns'])}x the "
-                 f"{fmt_limited(r['rtt_ns'], res_ns)} {rtt_name}{rtt_of}")
+        timer = (f"; retry timer {fmt_ns(r['timer_ns'])}{default} is {fmt_number(r['timer_ns'] / r['rtt_ns'])}x "
+                 f"the {fmt_limited(r['rtt_ns'], res_ns)} {rtt_name}{rtt_of}{conn_rtt}")
     outcome = (f"; {r['chains_ok']} of {r['chains']} eventually succeeded" if r["chains_ok"] < r["chains"]
                else "; all eventually succeeded")
-    unanswered = max(r["sends"] - r["chains_ok"] - errs, 0)
+    # tries answered fine, but only after the next one went out (a slow server, re-asked with new ids)
+    late = max((r["answered_ok"] or 0) - r["chains_ok"], 0)
+    unanswered = max(r["sends"] - r["chains_ok"] - errs - late, 0)
     top = r["top_error"] if r["error_kinds"] == 1 else f"mostly {r['top_error']}"
+    who, keep, back_off = (("clients", "keep", "back off") if r["clients"] != 1
+                           else ("the client", "keeps", "backs off"))
     if errs and unanswered:
         after = f"; {errs} tries failed ({top}) and {unanswered} went unanswered"
     elif errs:
         after = f"; {errs} tries failed ({top})"
-    else:
+    elif unanswered or not late:
         after = f"; {unanswered} tries went unanswered"
+    else:
+        after = ""
+    if late:
+        after += f"; {late} tries were answered only after {who} had asked again"
     down = "while it keeps failing" if after_errors else "while the server is not answering"
-    who, keep, back_off = (("clients", "keep", "back off") if r["clients"] != 1
-                           else ("the client", "keeps", "backs off"))
     cause = {"fixed": f" — {who} without backoff {keep} the load up {down}",
              "linear": " — backoff too slow to shed load",
              "exponential": "", "irregular": "", "unknown": ""}[r["backoff"]] if not r["limited"] else ""
@@ -242,16 +279,40 @@ def _explain(r: dict, res_ns: float) -> str:
     if r["polling"] and r["backoff"] != "exponential" and not r["relay"]:
         cause = (f" — but the clients resend no faster than they normally ask for it (every "
                  f"{fmt_limited(r['normal_gap'], res_ns)}): polling through a failure, no load added")
+    elif r["polling"] and not r["relay"]:
+        pace = (f"no faster than the clients normally ask for it (every {fmt_limited(r['normal_gap'], res_ns)}): "
+                "the retries add no load")
+        cause = f"{cause}, and {pace}" if cause else f" — {pace}"
     relay = (f"; {r['one_addr']} is itself a server of this protocol here: it may be relaying its own clients' "
              f"retries (see the finding at it)") if r["relay"] else ""
     streams = streams_text(r["clients"], r["split_clients"], r["split_addresses"], r["one_split_address"])
     return head + after + back + phase + timer + outcome + cause + relay + streams
 
 
+def _default_timer(declared, r: dict) -> str:
+    """" (Linux's default timeo for UDP mounts, nfs(5))" when the measured timer is the protocol's declared
+    default for the episode's transport (Protocol.retry_timers), else ""."""
+    if declared is None or not declared.retry_timers or r["timer_ns"] is None:
+        return ""
+    known = declared.retry_timers.get("tcp" if r["reliable"] else "udp")
+    if known is None or abs(r["timer_ns"] - known[0]) > DEFAULT_TIMER_SHARE * known[0]:
+        return ""
+    return f" ({known[1]})"
+
+
+def _connection_rtts(conns: pl.DataFrame | None) -> pl.DataFrame:
+    """Median TCP handshake RTT of the connections to each server and port (empty without them)."""
+    schema = {"server": pl.String, "server_port": pl.UInt16, "conn_rtt_ns": pl.Int64}
+    if conns is None or conns.height == 0 or not {"server", "server_port", "handshake_rtt_ns"} <= set(conns.columns):
+        return pl.DataFrame(schema=schema)
+    return conns.group_by(pl.col("server").cast(pl.String), pl.col("server_port").cast(pl.UInt16)).agg(
+        pl.col("handshake_rtt_ns").cast(pl.Int64).median().cast(pl.Int64).alias("conn_rtt_ns")).cast(schema)
+
+
 def detect(capture, params: Params = Params()) -> pl.DataFrame:
     frames = transaction_frames(capture)
     sends = transaction_sends(capture, frames) if frames else pl.DataFrame(schema=SEND_SCHEMA)
-    syns, _ = syn_sends(capture)
+    syns, conns = syn_sends(capture)
     sends = pl.concat([sends, syns]) if syns.height else sends
     if sends.height < params.min_retries + 1:
         return empty_findings()
@@ -260,23 +321,29 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
     servers = sends.select("kind", pl.col("server").alias("one_addr")).unique().with_columns(
         pl.lit(True).alias("relay"))
     sends = sends.with_row_index("_row")
-    # only addresses with a send that was not answered successfully can have retried (cheap filter
-    # before the client identity and the sort)
-    cand = sends.filter(pl.col("ok_ts").is_null() | (pl.col("extra") > 0) | pl.col("latency_ns").is_null()
-                        ).select("kind", "server", "client").unique()
+    # only addresses with a send that was not answered successfully, or answered only after the address's
+    # next send to that server, can have retried (cheap filter before the client identity and the sort)
+    by_addr = ["kind", "server", "client"]
+    late = (pl.col("ok_ts") > pl.col("ts").shift(-1).over(by_addr)).fill_null(False)
+    cand = sends.sort(*by_addr, "ts").filter(pl.col("ok_ts").is_null() | (pl.col("extra") > 0)
+                                              | pl.col("latency_ns").is_null() | late).select(by_addr).unique()
     sub = sends.join(cand, on=["kind", "server", "client"], how="semi")
     sub = client_identity_by(sub, ["kind", "server"], start="ts", end="end_ts")
     gkey = ["kind", "client_id", "server", "server_port", "operation", "key_resource"]
     narrow = sub.select("_row", pl.struct(gkey).hash().alias("_g"), "ts", "ok_ts", "err_ts", "reliable", "flow",
-                        "extra").sort("_g", "ts", "_row")
+                        "extra", "same_id").sort("_g", "ts", "_row")
     prev_ok = (pl.col("ok_ts").shift(1) <= pl.col("ts")).fill_null(False)
     prev_err = (pl.col("err_ts").shift(1) <= pl.col("ts")).fill_null(False)
-    # no answer yet: a resend over UDP (or a new SYN); over TCP the transport retransmits, so only a
-    # request on another connection (the client gave up on the first) is one, not a pipelined twin
-    resend = ~prev_ok & ~prev_err & (~pl.col("reliable") | (pl.col("flow") != pl.col("flow").shift(1)).fill_null(True))
+    # no answer yet: a resend over UDP (or a new SYN); over TCP the transport retransmits, so a request
+    # with a new id is one only on another connection (the client gave up on the first), not a pipelined
+    # twin — but a resend the protocol recognises by its id (same xid) is the application retrying anywhere
+    resend = ~prev_ok & ~prev_err & (~pl.col("reliable") | pl.col("same_id")
+                                     | (pl.col("flow") != pl.col("flow").shift(1)).fill_null(True))
     same_g = pl.col("_g") == pl.col("_g").shift(1)
     narrow = narrow.with_columns(
-        (same_g & ((pl.col("ts") - pl.col("ts").shift(1)) <= params.max_gap_ns)
+        # max_gap_ns tells a retry from a new request; a same-id resend is the same request whatever the
+        # gap (its decoder's pairing window bounds it: NFS's timeo of 60 s and more over TCP)
+        (same_g & (((pl.col("ts") - pl.col("ts").shift(1)) <= params.max_gap_ns) | pl.col("same_id"))
          & (prev_err | resend)).fill_null(False).alias("retry"),
         # the client's normal pace for this request: gaps between two answered-fine asks in a row
         pl.when(same_g & prev_ok).then(pl.col("ts") - pl.col("ts").shift(1)).alias("_ok_gap"),
@@ -302,7 +369,10 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
         pl.col("ts").max().alias("last_ts"), pl.col("ts").diff().drop_nulls().alias("intervals"),
         pl.col("ts").get(1, null_on_oob=True).alias("first_retry_ts"),
         pl.col("frame").alias("frames"), pl.col("ok_ts").last().is_not_null().alias("ok"),
-        pl.col("error").drop_nulls().alias("errors"), pl.col("normal_gap").first(),
+        pl.col("error").drop_nulls().alias("errors"), pl.col("normal_gap").first(), pl.col("reliable").all(),
+        # sends of their own request answered fine (not a resend of one, not a SYN: those share one answer)
+        (pl.col("answered") & pl.col("error").is_null() & ~pl.col("same_id") & (pl.col("kind") != "tcp"))
+        .sum().alias("answered_ok"),
     ).with_columns((pl.col("normal_gap") / pl.col("intervals").list.median()).alias("speedup"))
     # episodes per server and port
     sk = ["kind", "server", "server_port"]
@@ -329,6 +399,7 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
         pl.col("intervals").list.explode(keep_nulls=False, empty_as_null=False).median().alias("median_interval_ns"),
         pl.col("client_id").first().alias("one_client"), pl.col("one_addr").first(),
         pl.col("errors").list.explode(keep_nulls=False, empty_as_null=False).alias("_errs"),
+        pl.col("reliable").all(), pl.col("answered_ok").sum(),
         pl.col("speedup").is_not_null().mean().alias("pace_known"), pl.col("speedup").median(),
         pl.col("normal_gap").median(),
     ).with_columns(
@@ -339,6 +410,7 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
     if eps.height == 0:
         return empty_findings()
     eps = (eps.join(rtt_srv, on=["kind", "server"], how="left").join(rtt_kind, on="kind", how="left")
+           .join(_connection_rtts(conns), on=["server", "server_port"], how="left")
            .join(servers, on=["kind", "one_addr"], how="left")
            .with_columns((pl.col("relay").fill_null(False) & (pl.col("clients") == 1)).alias("relay"))
            .with_columns(pl.when(pl.col("split_clients") * 2 > pl.col("clients")).then(pl.lit("address+port"))

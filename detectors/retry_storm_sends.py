@@ -1,17 +1,28 @@
 """The retry_storm detector's sends (see detectors/retry_storm.py for what a send, a retry and "the same
-request" are): one row per send of a request — the first send of every transaction (DNS, Kerberos,
-LDAP, SMB2: their transaction frames), each retransmitted DNS query (``dns_messages``) and every SYN a
-client sent (``tcp_segments`` + ``connections``) — with how it ended: answered fine (``ok_ts``), with an
-error (``error``, ``err_ts``) or not at all, and when it stopped being outstanding (``end_ts``).
+request" are): one row per send of a request — the first send of every transaction (every protocol's
+transaction frame), each resend a protocol folds into its transaction and declares with
+``Protocol.resends`` (DNS queries, RPC calls re-sent with their id: the hook reads the protocol's
+message frame, :data:`RESEND_FRAMES`) and every SYN a client sent (``tcp_segments`` + ``connections``) —
+with how it ended: answered fine (``ok_ts``), with an error (``error``, ``err_ts``) or not at all, and
+when it stopped being outstanding (``end_ts``). Asks answered with one of a protocol's ``poll_answers``
+(a lock denied because another owner holds it) are left out: they are lock_polling's.
 """
 from __future__ import annotations
 
+import importlib
+
 import polars as pl
 
+from analyzer.decoders import registry
+from analyzer.decoders.protocol import Protocol
 from analyzer.tcp.analysis import TH_ACK as ACK, TH_SYN as SYN
 
-from .base import endpoint_expr
+from .base import endpoint_expr, optional_frame
 from .herd import requests_of
+
+# the message frames the protocols' resends hooks read (Protocol.resends_frame), from the registry as it
+# stands when detectors are imported (as base.TRANSACTION_FRAMES)
+RESEND_FRAMES = tuple(p.resends_frame for p in registry.protocols() if p.transactions and p.resends_frame)
 
 SEND_SCHEMA = {
     "kind": pl.String, "client": pl.String, "client_port": pl.UInt16, "server": pl.String,
@@ -19,12 +30,16 @@ SEND_SCHEMA = {
     "ts": pl.Int64, "frame": pl.UInt32, "ok_ts": pl.Int64, "end_ts": pl.Int64, "extra": pl.UInt32,
     "latency_ns": pl.Int64, "answered": pl.Boolean, "error": pl.String, "err_ts": pl.Int64,
     "reliable": pl.Boolean, "flow": pl.Int64,
+    # a resend its protocol recognises as the same request (same DNS id, same RPC xid: Protocol.resends):
+    # the application retrying, on whichever connection (TCP's own retransmissions never reach a message)
+    "same_id": pl.Boolean,
 }
 
 # request fields that make two requests of one protocol different although operation and resource
 # agree (two LDAP searches of one base with different filters are different requests)
+# (NFS: offset and length of a READ, WRITE or LOCK: reading on through a file is not asking again)
 _DETAIL_FIELDS = ("filter", "scope", "attributes", "oid", "cname", "info_class_name", "file_offset",
-                  "create_disposition", "fid_persistent", "fid_volatile")
+                  "create_disposition", "fid_persistent", "fid_volatile", "offset", "length")
 
 
 _RESPONSE_FIELDS = ("fid_persistent", "fid_volatile")  # filled from the response of a CREATE: not the request's
@@ -42,55 +57,66 @@ def _detail(f: pl.DataFrame) -> pl.Expr:
     return pl.concat_str(cols, separator="\x1f") if cols else pl.lit(None, pl.String)
 
 
-def _dns_retransmissions(capture, dns_tx: pl.DataFrame) -> pl.DataFrame | None:
-    """The retransmitted queries (dns_messages.retransmission) with their transaction's outcome."""
-    try:
-        msgs = capture.frame("dns_messages")
-    except KeyError:
+def _hook(spec: str):
+    """The function a ``"module:function"`` declaration names (Protocol.resends)."""
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _poll_answer(proto: Protocol | None) -> pl.Expr:
+    """True for the rows answered with one of the protocol's ``poll_answers`` (operation, status): a
+    poll of a contended resource (lock_polling's), not a failure to retry."""
+    pairs = proto.poll_answers if proto is not None else ()
+    if not pairs:
+        return pl.lit(False)
+    keys = pl.Series([f"{op}\x1f{status}" for op, status in pairs], dtype=pl.String).implode()
+    return pl.concat_str(pl.col("operation").cast(pl.String), pl.col("_status"), separator="\x1f").is_in(keys) \
+        .fill_null(False)
+
+
+def resends_of(proto: Protocol, messages: pl.DataFrame, transactions: pl.DataFrame) -> pl.DataFrame:
+    """The protocol's ``resends`` hook on its message frame and transactions frame: one row per resend
+    (client, client_port, server, server_port, ts, frame, txn: the row of ``transactions``)."""
+    return _hook(proto.resends)(messages, transactions)
+
+
+def _resends(capture, proto: Protocol | None, f: pl.DataFrame) -> pl.DataFrame | None:
+    """The protocol's retransmitted sends (its ``resends`` hook on its message frame), None when it
+    declares none or the capture lacks the message frame."""
+    if proto is None or not proto.resends:
         return None
-    need = {"retransmission", "qr", "src", "dst", "sport", "dport", "id", "qname", "qtype", "ts_last_ns",
-            "frame_last", "transport"}
-    if msgs is None or not need <= set(msgs.columns):
+    declared = getattr(capture, "requires", None)  # a CaptureView serves what REQUIRES named at import
+    if declared is not None and proto.resends_frame not in declared:
         return None
-    rt = msgs.filter(pl.col("retransmission").fill_null(False) & (pl.col("qr") == False)).select(  # noqa: E712
-        pl.col("transport").cast(pl.String), pl.col("src").cast(pl.String).alias("client"),
-        pl.col("sport").cast(pl.UInt16).alias("client_port"), pl.col("dst").cast(pl.String).alias("server"),
-        pl.col("dport").cast(pl.UInt16).alias("server_port"), pl.col("id").cast(pl.UInt16),
-        pl.col("qname").cast(pl.String).alias("resource"), pl.col("qtype").cast(pl.UInt16),
-        pl.col("ts_last_ns").cast(pl.Int64).alias("ts"), pl.col("frame_last").cast(pl.UInt32).alias("frame"))
-    if rt.height == 0:
-        return rt.with_columns(pl.lit(None, pl.Int64).alias("_txn"))
-    by = ["transport", "client", "client_port", "server", "server_port", "id", "resource", "qtype"]
-    tx = dns_tx.select(
-        pl.col("transport").cast(pl.String), pl.col("client").cast(pl.String), pl.col("client_port").cast(pl.UInt16),
-        pl.col("server").cast(pl.String), pl.col("server_port").cast(pl.UInt16), pl.col("id").cast(pl.UInt16),
-        pl.col("resource").cast(pl.String), pl.col("qtype").cast(pl.UInt16),
-        pl.col("request_ts_ns").cast(pl.Int64).alias("tx_ts"), pl.col("_txn"))
-    return rt.sort("ts").join_asof(tx.sort("tx_ts", "_txn"), left_on="ts", right_on="tx_ts", by=by, strategy="backward",
-                                   check_sortedness=False)
+    msgs = optional_frame(capture, proto.resends_frame)
+    if msgs is None:
+        return None
+    return resends_of(proto, msgs, f)
 
 
 def transaction_sends(capture, frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
-    """One row per send of every transaction frame (DNS retransmissions included)."""
+    """One row per send of every transaction frame: its first send, and every resend its protocol
+    recognises (``Protocol.resends``: DNS queries and RPC calls re-sent with their id), minus the asks
+    answered with one of the protocol's ``poll_answers`` (lock polling, not retries)."""
     parts = []
     for name, f in frames.items():
+        proto = registry.protocol_of_frame(name)
         f = f.with_row_index("_txn").with_columns(pl.col("_txn").cast(pl.Int64), _detail(f).alias("_detail"),
                                                    pl.col("status").cast(pl.String).alias("_status"),
                                                    pl.col("resource").cast(pl.String).alias("_resource"))
-        dns = {"retries", "id", "qtype"} <= set(f.columns)
         f = f.with_columns(pl.col("transport").cast(pl.String).alias("_transport"),
-                           pl.col("flow").cast(pl.Int64).alias("_flow"))
-        req = requests_of({name: f}, keep=("_txn", "_detail", "_status", "_resource", "_transport", "_flow")
-                          + (("retries",) if dns else ()))
+                           pl.col("flow").cast(pl.Int64).alias("_flow"), _poll_answer(proto).alias("_poll"))
+        count = proto.resends_count if proto is not None and proto.resends_count in f.columns else None
+        req = requests_of({name: f}, keep=("_txn", "_detail", "_status", "_resource", "_transport", "_flow", "_poll")
+                          + ((count,) if count else ()))
         req = req.with_columns(pl.concat_str("key_resource", pl.col("_detail").fill_null(""), separator="\x1f")
                                .alias("key_resource"))
         extra = pl.lit(0, pl.UInt32)
-        rts = None
-        if dns:
-            rts = _dns_retransmissions(capture, f)
-            if rts is None:  # no message frame: the retries are known, their times are not
-                extra = pl.col("retries").cast(pl.UInt32).fill_null(0)
-        first = req.select(
+        rts = _resends(capture, proto, f.drop("_txn", "_detail", "_status", "_resource", "_transport", "_flow",
+                                              "_poll"))
+        if rts is None and count:  # no message frame: the resends are known, their times are not
+            extra = pl.col(count).cast(pl.UInt32).fill_null(0)
+        first = req.filter(~pl.col("_poll")).select(
             pl.col("protocol").alias("kind"), "client", "client_port", "server", "server_port", "operation",
             "key_resource", pl.coalesce("_resource", "resource").alias("resource"), pl.col("request_ts_ns").alias("ts"),
             pl.col("request_frame").alias("frame"),
@@ -99,16 +125,17 @@ def transaction_sends(capture, frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
             pl.when(pl.col("is_error").fill_null(False)).then(pl.col("_status")).alias("error"),
             pl.when(pl.col("answered") & pl.col("is_error").fill_null(False)).then(pl.col("response_ts_ns"))
             .alias("err_ts"), (pl.col("_transport") == "tcp").fill_null(False).alias("reliable"),
-            pl.col("_flow").alias("flow"), "_txn", "expects")
+            pl.col("_flow").alias("flow"), pl.lit(False).alias("same_id"), "_txn", "expects")
         parts.append(first.filter(pl.col("expects")).drop("expects", "_txn").cast(SEND_SCHEMA))
         if rts is not None and rts.height:
-            outcome = first.select("_txn", "kind", "operation", "key_resource", "ok_ts", "end_ts", "error", "err_ts",
-                                   "reliable", "flow")
-            parts.append(rts.filter(pl.col("_txn").is_not_null()).join(outcome, on="_txn", how="inner").select(
+            outcome = first.filter(pl.col("expects")).select(
+                "_txn", "kind", "operation", "key_resource", "resource", "ok_ts", "end_ts", "error", "err_ts",
+                "reliable", "flow")
+            parts.append(rts.rename({"txn": "_txn"}).join(outcome, on="_txn", how="inner").select(
                 "kind", "client", "client_port", "server", "server_port", "operation", "key_resource", "resource",
                 "ts", "frame", "ok_ts", "end_ts", pl.lit(0, pl.UInt32).alias("extra"),
                 pl.lit(None, pl.Int64).alias("latency_ns"), pl.lit(False).alias("answered"), "error", "err_ts",
-                "reliable", "flow",
+                "reliable", "flow", pl.lit(True).alias("same_id"),
             ).cast(SEND_SCHEMA))
     if not parts:
         return pl.DataFrame(schema=SEND_SCHEMA)
@@ -145,5 +172,5 @@ def syn_sends(capture) -> tuple[pl.DataFrame, pl.DataFrame | None]:
         pl.col("synack_ts_ns").is_not_null().alias("answered"),
         pl.when(pl.col("server_rst") & pl.col("synack_ts_ns").is_null()).then(pl.lit("RST")).alias("error"),
         pl.when(pl.col("server_rst") & pl.col("synack_ts_ns").is_null()).then(pl.col("last_ts_ns")).alias("err_ts"),
-        pl.lit(False).alias("reliable"), pl.col("conn").cast(pl.Int64).alias("flow"))
+        pl.lit(False).alias("reliable"), pl.col("conn").cast(pl.Int64).alias("flow"), pl.lit(False).alias("same_id"))
     return out.cast(SEND_SCHEMA), conns

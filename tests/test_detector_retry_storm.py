@@ -124,9 +124,14 @@ def test_near_miss_below_min_retries():
                                   "answer_at": T0 + 3 * S + 2 * S + 300 * US}]
     assert rs.detect(FakeCapture(**dns_frames(chains)), rs.Params()).height == 0  # 2 retries < 3
     assert rs.detect(FakeCapture(**dns_frames(chains)), rs.Params(min_retries=2)).height == 1
-    # a resend later than max_gap_ns is a new request
-    late = normal_traffic() + [{"client": "10.1.0.1", "sends": [T0 + 3 * S + j * 11 * S for j in range(5)]}]
+    # a re-ask with a new id later than max_gap_ns is a new request ...
+    late = normal_traffic() + [{"client": "10.1.0.1", "sends": [T0 + 3 * S + j * 11 * S], "id": 7000 + j}
+                               for j in range(5)]
     assert rs.detect(FakeCapture(**dns_frames(late)), rs.Params()).height == 0
+    # ... while a resend the decoder folded into its transaction (same id) is the same request whatever the gap
+    # (its pairing window bounds it: NFS over TCP resends after 60 s)
+    folded = normal_traffic() + [{"client": "10.1.0.1", "sends": [T0 + 3 * S + j * 11 * S for j in range(5)]}]
+    assert rs.detect(FakeCapture(**dns_frames(folded)), rs.Params()).height == 1
 
 
 def test_re_asks_with_new_ids_after_no_answer_chain_up():

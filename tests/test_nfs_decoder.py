@@ -66,7 +66,7 @@ def test_paths_without_the_mount_start_at_the_root_handle(read_capture):
 def _v4_session():
     """A 4.1 client: open by name under PUTROOTFH, get a read delegation, lock, conflict, unlock."""
     seq = lambda n: b.op_sequence(SESSION, n, 0, 3)
-    rseq = lambda n: b.res_sequence(SESSION, n, 0, 7, 7)
+    rseq = lambda n: b.res_sequence(SESSION, n, 0, 7, 5)
     return [
         (True, record(call(10, 100003, 4, 1, b.compound("open", 1, [
             seq(1), b.op_putrootfh(), b.op_lookup("ckpt"), b.op_open("model.bin", access=1), b.op_getfh(),
@@ -101,7 +101,8 @@ def test_nfs4_compound_rows_and_per_operation_status(read_capture):
     assert r["delegation_type"] == "OPEN_DELEGATE_READ" and r["stateid"] == b"open-state12".hex()
     s = calls.row(0, named=True)
     assert (s["sessionid"], s["sequenceid"], s["slotid"], s["highest_slotid"]) == (SESSION.hex(), 1, 0, 3)
-    assert replies["highest_slotid"][0] == 7
+    assert replies["highest_slotid"][0] == 7 and replies["target_highest_slotid"][0] == 5
+    assert s["target_highest_slotid"] is None  # a call has none (RFC 8881 §18.46.1)
     assert replies["fh_hash"][4] == zlib.crc32(FH_FILE)
     lock = m.filter((pl.col("xid") == 11) & (pl.col("operation") == "LOCK"))
     c, r = lock.row(0, named=True), lock.row(1, named=True)

@@ -98,6 +98,8 @@ PROTOCOL = Protocol(
     frames=("dns_messages", "dns_transactions"), transactions="dns_transactions",
     requests_noun="DNS queries", services={53: "dns"},
     request_verb="queried", repeat_verb="re-queried", request_word="queries", operation_after_resource=True,
+    # queries re-sent with their id and question: folded into one transaction (RFC 1035 §4.2.1)
+    resends="analyzer.decoders.dns_resends:resends", resends_frame="dns_messages", resends_count="retries",
 )
 
 # --- code tables ----------------------------------------------------------------------------------

@@ -54,6 +54,14 @@ PROTOCOL = Protocol(
     setup_words="mount/session setup", work_operations=("OPEN", "LOOKUP", "CREATE"),
     requests_noun="NFS requests", work_noun="NFS opens", services={111: "rpcbind", 2049: "nfs", 20048: "mountd", 32803: "nlockmgr"},
     operation_words={"OPEN": "open", "LOOKUP": "lookup", "LOCK": "lock", "LOCKT": "lock test"},
+    # calls re-sent with their xid (RFC 5531 §9), folded by nfs_pairing: analyzer/decoders/nfs_resends.py
+    resends="analyzer.decoders.nfs_resends:resends", resends_frame="nfs_messages", resends_count="retransmissions",
+    # a lock held by another owner: ask again later (RFC 7530 §16.10.4, RFC 8881 §18.10.4; NLM4 LOCK with
+    # block false): lock polling (detectors/lock_polling.py), not a failure
+    poll_answers=(("LOCK", "NFS4ERR_DENIED"), ("NLM LOCK", "NLM4_DENIED")),
+    # nfs(5) timeo; include/uapi/linux/nfs_fs.h NFS_DEF_UDP_TIMEO 11, NFS_DEF_TCP_TIMEO 600 (deciseconds)
+    retry_timers={"udp": (1_100_000_000, "Linux's default timeo for UDP mounts, nfs(5)"),
+                  "tcp": (60_000_000_000, "Linux's default timeo for TCP mounts, nfs(5)")},
 )
 
 _MSG_TYPES = pl.Enum(list(L.MSG_TYPES.values()))
@@ -128,6 +136,8 @@ MESSAGE_COLUMNS: tuple[Column, ...] = KEPT_COLUMNS + (
     column("sequenceid", np.uint32, "SEQUENCE / CB_SEQUENCE sequenceid"),
     column("highest_slotid", np.uint32, "SEQUENCE highest_slotid (the client's in the call, the server's in "
          "the reply)"),
+    column("target_highest_slotid", np.uint32, "SEQUENCE / CB_SEQUENCE reply's target_highest_slotid (RFC 8881 "
+         "§18.46.3: the highest slot the server wants the client to use)"),
     column("cur_id", np.int64, "id of the current filehandle after this operation: a handle's CRC-32, or an "
          "id for the object a name reached (path resolution in nfs_transactions)"),
     column("dir_id", np.int64, "id of the directory a name is looked up in"),

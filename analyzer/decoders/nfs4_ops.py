@@ -10,7 +10,7 @@ from numba import njit
 from . import nfs_layout as L
 from .nfs_xdr import (F_CLAIM_TYPE, F_CLIENTID, F_CUR_ID, F_DELEGATION_TYPE, F_DENIED_LENGTH, F_DENIED_OFFSET,
                       F_DENIED_TYPE, F_FH_HASH, F_HIGHEST_SLOTID, F_LENGTH, F_LOCK_TYPE, F_OFFSET, F_OPEN_TYPE,
-                      F_SEQID, F_SEQUENCEID, F_SHARE_ACCESS, F_SHARE_DENY, F_SLOTID, MAX_NAME_BYTES,
+                      F_SEQID, F_SEQUENCEID, F_SHARE_ACCESS, F_SHARE_DENY, F_SLOTID, F_TARGET_HIGHEST_SLOTID, MAX_NAME_BYTES,
                       MAX_OPAQUE_BYTES, NOT_WALKED, NULL, ROOT_ID, S_SESSIONID, array_count, bitmap_end, fattr_end,
                       fixed_end, opaque_end, put_fh, put_lock_owner, put_name, put_stateid, put_string, u32, u64)
 
@@ -443,9 +443,11 @@ def nfs4_op_result(buf, p, end, op, status, row, arena, apos):
         apos = put_string(row, S_SESSIONID, arena, apos, buf, p, 16, True)
         p = channel_attrs_end(buf, p + 24, end)
         return channel_attrs_end(buf, p, end), apos
-    if op == L.OP_SEQUENCE:
+    if op == L.OP_SEQUENCE:  # SEQUENCE4resok (RFC 8881 §18.46.2): the head, target_highest_slotid, status_flags
         p, apos = sequence_args(buf, p, end, row, arena, apos)
-        return fixed_end(p, 8, end), apos  # target_highest_slotid, status_flags
+        if p >= 0 and p + 4 <= end:
+            row[F_TARGET_HIGHEST_SLOTID] = u32(buf, p)
+        return fixed_end(p, 8, end), apos
     if op == L.OP_TEST_STATEID:
         n = array_count(buf, p, end)
         return (-1 if n < 0 else fixed_end(p + 4, 4 * n, end)), apos
@@ -508,8 +510,10 @@ def cb_op_result(buf, p, end, op, status, row, arena, apos):
         return p, apos
     if op == L.CB_GETATTR:
         return fattr_end(buf, p, end), apos
-    if op == L.CB_SEQUENCE:
+    if op == L.CB_SEQUENCE:  # CB_SEQUENCE4resok (RFC 8881 §20.9.2): the head, csr_target_highest_slotid
         p, apos = sequence_args(buf, p, end, row, arena, apos)
+        if p >= 0 and p + 4 <= end:
+            row[F_TARGET_HIGHEST_SLOTID] = u32(buf, p)
         return fixed_end(p, 4, end), apos
     if op == L.CB_RECALL or op == L.CB_RECALL_ANY or op == L.CB_RECALL_SLOT or op == L.CB_WANTS_CANCELLED \
             or op == L.CB_NOTIFY_LOCK:

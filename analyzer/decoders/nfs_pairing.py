@@ -37,7 +37,7 @@ class Params:
     """Pairing parameters."""
 
     # A call repeated within this long of the first, unanswered, is a retransmission. Linux retries a
-    # TCP mount's call after timeo=60 s (nfs(5)) and UDP ones after 0.7 s doubling up to 60 s; 10 min
+    # TCP mount's call after timeo=60 s (nfs(5)) and UDP ones after 1.1 s (NFS_DEF_UDP_TIMEO 11) doubling up to 60 s; 10 min
     # covers its 'retrans' default of 2-3 major timeouts and is far below xid reuse (2^32 calls).
     retransmission_window_ns: int = 600_000_000_000
     # How deep a path is resolved (one level per join; deeper names fall back to fh:<hash>/name).

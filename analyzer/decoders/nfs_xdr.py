@@ -22,20 +22,21 @@ FIELDS = (
     "auth_uid", "auth_gid", "reply_stat", "accept_stat", "reject_stat", "nfs_status", "minorversion",
     "opcode", "op_status", "fh_hash", "offset", "length", "lock_type", "seqid", "share_access",
     "share_deny", "open_type", "claim_type", "delegation_type", "denied_offset", "denied_length",
-    "denied_type", "clientid", "slotid", "sequenceid", "highest_slotid", "cur_id", "dir_id", "decode_error",
+    "denied_type", "clientid", "slotid", "sequenceid", "highest_slotid",
+    "target_highest_slotid", "cur_id", "dir_id", "decode_error",
 )
 STRINGS = ("machine", "tag", "fh", "name", "owner", "sessionid", "stateid")
 (F_MSG, F_OP_INDEX, F_OP_COUNT, F_XID, F_MSG_TYPE, F_RPCVERS, F_PROG, F_VERS, F_PROC, F_AUTH_FLAVOR,
  F_AUTH_UID, F_AUTH_GID, F_REPLY_STAT, F_ACCEPT_STAT, F_REJECT_STAT, F_NFS_STATUS, F_MINORVERSION,
  F_OPCODE, F_OP_STATUS, F_FH_HASH, F_OFFSET, F_LENGTH, F_LOCK_TYPE, F_SEQID, F_SHARE_ACCESS,
  F_SHARE_DENY, F_OPEN_TYPE, F_CLAIM_TYPE, F_DELEGATION_TYPE, F_DENIED_OFFSET, F_DENIED_LENGTH,
- F_DENIED_TYPE, F_CLIENTID, F_SLOTID, F_SEQUENCEID, F_HIGHEST_SLOTID, F_CUR_ID, F_DIR_ID,
- F_DECODE_ERROR) = range(39)
+ F_DENIED_TYPE, F_CLIENTID, F_SLOTID, F_SEQUENCEID, F_HIGHEST_SLOTID, F_TARGET_HIGHEST_SLOTID,
+ F_CUR_ID, F_DIR_ID, F_DECODE_ERROR) = range(40)
 N_INT = len(FIELDS)
 S_MACHINE, S_TAG, S_FH, S_NAME, S_OWNER, S_SESSIONID, S_STATEID = (N_INT + 2 * k for k in range(7))
 N_FIELDS = N_INT + 2 * len(STRINGS)
 N_HEADER = F_NFS_STATUS  # columns 0..N_HEADER-1 (and S_MACHINE) are the RPC header's, shared by a message's rows
-assert N_INT == 39 and FIELDS[F_DECODE_ERROR] == "decode_error"
+assert N_INT == 40 and FIELDS[F_DECODE_ERROR] == "decode_error"
 U64_FIELDS = ("offset", "length", "denied_offset", "denied_length", "clientid")
 
 MAX_NAME_BYTES = 1024  # a component or path longer than this is damage (Linux NAME_MAX 255, PATH_MAX 4096)

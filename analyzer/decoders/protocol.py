@@ -65,6 +65,24 @@ class Protocol:
     operation_after_resource: bool = False
     # port -> service name for info's port table (as tshark's port tables name it)
     services: dict[int, str] = field(default_factory=dict)
+    # -- retries the protocol itself recognises (retry_storm) --
+    # "module:function"(messages, transactions) -> one row per *retransmitted* send of a request that the
+    # transactions frame folds into its first send's row (a DNS query re-sent with its id, an RPC call
+    # with its xid): client, client_port, server, server_port, ts (ns), frame, and ``txn``, the row number
+    # in ``transactions`` of the transaction it re-sends. Messages come from ``resends_frame``. Such a
+    # resend is the application retrying (TCP's own retransmissions never reach the message layer), so
+    # it counts on any connection. None: the protocol folds no resends.
+    resends: str | None = None
+    resends_frame: str | None = None  # the message frame ``resends`` reads (one of ``frames``)
+    # the transactions column counting those resends: what is known of them without the message frame
+    resends_count: str | None = None
+    # (operation, status) answers that say "held by someone else, ask again" — a poll of a contended
+    # resource, not a failure (NFSv4 LOCK -> NFS4ERR_DENIED): asks so answered are lock_polling's, and
+    # retry_storm leaves them out
+    poll_answers: tuple[tuple[str, str], ...] = ()
+    # transport -> (the client's usual retry timer, ns; where that default is written): named by
+    # retry_storm when the measured timer is that default
+    retry_timers: dict[str, tuple[int, str]] = field(default_factory=dict)
 
     def __post_init__(self):
         if self.client_side not in CLIENT_SIDE_RULES:
@@ -73,6 +91,10 @@ class Protocol:
             raise ValueError(f"{self.name}: client_side 'message' needs message_direction")
         if self.transactions is not None and self.transactions not in self.frames:
             raise ValueError(f"{self.name}: transactions frame {self.transactions!r} is not among its frames")
+        if bool(self.resends) != bool(self.resends_frame):
+            raise ValueError(f"{self.name}: resends and resends_frame go together")
+        if self.resends_frame is not None and self.resends_frame not in self.frames:
+            raise ValueError(f"{self.name}: resends frame {self.resends_frame!r} is not among its frames")
         if self.tcp_ports and not self.tcp_framing:
             raise ValueError(f"{self.name}: TCP ports without a framing")
 

@@ -2,7 +2,8 @@
 their backoff class (the detector's own :func:`detectors.retry_storm.classify_backoff`), and the
 amplification over time.
 
-:func:`dns_attempts` / :func:`transaction_attempts` cut the attempts from the capture (pure Polars),
+:func:`dns_attempts` / :func:`transaction_attempts` cut the attempts from the capture (pure Polars;
+:func:`with_resends` adds the resends a protocol folds into its transactions, NFS's same-xid calls),
 :func:`retry_ladder`, :func:`retry_intervals` and :func:`amplification_chart` draw them,
 :func:`retry_storm_proof` (registered for ``retry_storm``) ties them together.
 """
@@ -14,7 +15,9 @@ import polars as pl
 
 import detectors.retry_storm as detector
 from analyzer.durations import fmt_ns
+from detectors.base import protocol_declaration
 from detectors.retry_storm import classify_backoff
+from detectors.retry_storm_sends import resends_of
 
 from ..charts.base import (TIME_TITLE, data_range, empty, finish, nice_bin_ns, opening_view as _view,
                            seconds_domain as _domain, thin, window_rect, x_scale as _x_scale)
@@ -46,21 +49,60 @@ def dns_attempts(dns_messages: pl.DataFrame, finding: dict) -> pl.DataFrame:
 def transaction_attempts(tx: pl.DataFrame, finding: dict, give_up_ns: int | None = None) -> pl.DataFrame:
     """Requests to the finding's server (and resource) as attempts: a request is a retry of the
     previous one by the same client for the same operation and resource when that one went unanswered
-    or failed, at most ``give_up_ns`` earlier (default: the detector's ``max_gap_ns``)."""
+    or failed, at most ``give_up_ns`` earlier (default: the detector's ``max_gap_ns``); a row with
+    ``same_id`` true (a resend its protocol recognises, :func:`with_resends`) whatever the gap."""
     give_up_ns = detector.Params().max_gap_ns if give_up_ns is None else give_up_ns
     q = tx.filter(endpoint_matches("server", "server_port", finding.get("server")))
     if finding.get("resource"):
         q = q.filter(pl.col("resource") == finding["resource"])
+    if "same_id" not in q.columns:
+        q = q.with_columns(pl.lit(False).alias("same_id"))
     key = ["client", "operation", "resource"]
     q = q.sort("request_ts_ns").with_columns(
         (pl.col("answered").not_() | pl.col("is_error").fill_null(False)).shift(1).over(key).alias("prev_failed"),
         pl.col("request_ts_ns").diff().over(key).alias("gap"))
-    starts = ~(pl.col("prev_failed").fill_null(False) & (pl.col("gap") <= give_up_ns))
+    starts = ~((pl.col("prev_failed").fill_null(False) & (pl.col("gap") <= give_up_ns))
+               | pl.col("same_id").fill_null(False))
     return (q.with_columns(starts.cast(pl.Int32).cum_sum().over(key).alias("n"))
             .with_columns(pl.format("{} {} {} #{}", "client", "operation", "resource", "n").alias("chain"))
             .with_columns(pl.int_range(pl.len()).over("chain").alias("attempt"))
             .select(pl.col("request_ts_ns").alias("t_ns"), "client", "chain", "attempt",
                     pl.col("request_frame").alias("frame")))
+
+
+def with_resends(tx: pl.DataFrame, resends: pl.DataFrame) -> pl.DataFrame:
+    """Transactions (common columns) plus one row per resend its protocol folded into them (the
+    ``resends`` hook's rows: ``txn`` is the row of ``tx``), so each send is an attempt: a resend is
+    a copy of its transaction at its own time and frame with ``same_id``, and only a transaction's
+    last send carries its answer (the ones before it went unanswered)."""
+    base = tx.with_row_index("_txn").with_columns(pl.col("_txn").cast(pl.Int64), pl.lit(False).alias("same_id"))
+    if resends.height == 0:
+        return base.drop("_txn")
+    copies = base.join(resends.select(pl.col("txn").cast(pl.Int64).alias("_txn"), "ts", "frame"), on="_txn",
+                       how="inner").with_columns(
+        pl.col("ts").cast(base["request_ts_ns"].dtype).alias("request_ts_ns"),
+        pl.col("frame").cast(base["request_frame"].dtype).alias("request_frame"),
+        pl.lit(True).alias("same_id")).drop("ts", "frame")
+    last = pl.col("request_ts_ns") == pl.col("request_ts_ns").max().over("_txn")
+    return pl.concat([base, copies]).with_columns(
+        (pl.col("answered") & last).alias("answered"),
+        pl.when(last).then(pl.col("is_error")).alias("is_error")).drop("_txn")
+
+
+def protocol_attempts(p: Proof, finding: dict, give_up_ns: int) -> pl.DataFrame:
+    """The finding's protocol's attempts: its transactions, and the resends its ``Protocol.resends``
+    hook finds in its message frame (the same sends the detector counted)."""
+    tx = p.protocol_transactions()
+    decl = protocol_declaration((finding.get("kind") or "").lower())
+    name = decl.transactions if decl is not None else None
+    if decl is not None and decl.resends and name and p.has(name) and p.has(decl.resends_frame):
+        try:
+            full = p.cap.frame(name)
+            if full.height == tx.height:  # the same rows, in the same order: the hook's txn indexes tx
+                tx = with_resends(tx, resends_of(decl, p.cap.frame(decl.resends_frame), full))
+        except Exception:  # noqa: BLE001 - the chart falls back to the transactions alone
+            pass
+    return transaction_attempts(tx, finding, give_up_ns=give_up_ns)
 
 
 # -- the charts ----------------------------------------------------------------------------------------
@@ -204,7 +246,7 @@ def retry_storm_proof(p: Proof) -> list[tuple[object, str]]:
     if (finding.get("kind") or "dns") == "dns" and p.has("dns_messages"):
         attempts = dns_attempts(p.cap.frame("dns_messages"), finding)
     else:
-        attempts = transaction_attempts(p.protocol_transactions(), finding, give_up_ns=params.max_gap_ns)
+        attempts = protocol_attempts(p, finding, params.max_gap_ns)
     return [
         (retry_ladder(attempts, t0_ns=p.t0, window_ns=p.window, view_ns=p.view),
          "One row per client, a mark per attempt."),
