@@ -9,7 +9,8 @@ makes the clients retry together again.
 
 **Signal.** Per server and *request key* (protocol, operation and resource: DNS name — compared
 case-insensitively — and type, the Kerberos principal asked for — ``krbtgt/REALM@REALM`` for an AS
-exchange, the service for TGS —, the LDAP bind DN or search base, the SMB2 path), the *arrivals*:
+exchange, the service for TGS —, the LDAP bind DN or search base, the SMB2 path, the NFS path or
+directory: below), the *arrivals*:
 a client's request, its repeats within ``repeat_ns`` counted once; a Kerberos login counts once (its
 PREAUTH round trip is not a second request); requests that expect no answer (LDAP unbind) do not
 count. A herd is a stretch of arrivals denser than
@@ -23,6 +24,24 @@ second pass at 1/``trim_factor`` of its own rate (background that merely arrives
 falls away). It is a herd when it holds at least ``min_clients`` distinct clients, lasts at most
 ``max_span_ns`` and is at least ``rate_factor`` times the key's rate outside its herds. One finding
 per herd episode.
+
+**File systems (NFS).** A transaction frame that carries a resolved ``path`` and the ``name`` an
+operation looks up in its directory (``nfs_transactions``) holds file-system requests: LOOKUP and
+OPEN name a component in the directory of the current filehandle (RFC 7530 §16.13, §16.16; NFSv3
+LOOKUP, RFC 1813 §3.3.3), READ/CLOSE/GETATTR work on the file. Every such request (but the
+protocol's set-up operations: SETCLIENTID, EXCHANGE_ID, MOUNT ...) is keyed by its **path whatever
+its operation**, so a client's LOOKUP, OPEN, READ and CLOSE of one file are one arrival (they follow
+within ``repeat_ns``, as a Kerberos login's steps do), and it is also an arrival at its **parent
+directory** (``fh:<hash>`` when only the directory's handle is known): thousands of ranks opening
+their own shard of a checkpoint, each a different name, are a herd on the directory, and so are
+ranks that LOOKUP the directory and then open files in it. A directory that many clients use at a
+steady rate has that rate as its baseline, so it is no herd (the ``rate_factor`` rule above). One
+herd shows at two levels then (the path walk's LOOKUPs of the ancestors too): a directory's herd is
+dropped in favour of a child's overlapping herd when that one child carries ``nested_share`` of the
+directory's (client, name) uses (everybody opened ``model.pt``: the herd is on the file, or on the
+deeper directory), otherwise the directory is the herd and its children's herds are dropped; the
+explanation then says how many names in the directory were asked for and the most-named one. The
+herd's requests (evidence, "outside its herds") are those of its span and its arrivals' repeats.
 
 Reported: herd size (distinct clients), span, rate during the herd vs the key's rate outside its
 herds, the server's p99 latency and failure share (errors, or no answer where one was expected)
@@ -58,7 +77,7 @@ one before raises it one level. Informational when it cannot judge (above).
 
 **References.** RFC 1035 §7.4 and RFC 2181 §8 (TTL caching), RFC 8767 §5 (serve-stale against
 refetch herds), RFC 4120 §3.1-3.3 (AS/TGS exchanges), RFC 4511 §4.2/§4.5 (bind, search), MS-SMB2
-§3.3.5.9 (CREATE); "thundering herd" in the Linux accept() and cache-stampede literature
+§3.3.5.9 (CREATE), RFC 7530 §16.13 (LOOKUP) and §16.16 (OPEN); "thundering herd" in the Linux accept() and cache-stampede literature
 (Vattani et al., *Optimal Probabilistic Cache Stampede Prevention*, VLDB 2015).
 
 **Known false positives.** Legitimately synchronised work (a backup window, a deliberate fleet-wide
@@ -77,7 +96,9 @@ import polars as pl
 from .base import (NS_PER_MS, client_identity_by, fmt_limited, fmt_ns, fmt_number, findings, empty_findings, resolution_ns,
                    severity_from_scale, transaction_frames, PROTOCOL_KINDS, RESOLUTION_TICKS, SEVERITIES,
                    TRANSACTION_FRAMES, protocol_declaration)
+from .herd_files import fs_keyed, fs_names, fs_protocols, fs_words, one_per_tree
 from .herd_search import herd_segments, stats_columns
+from .herd_triggers import failure_trigger, ttl_trigger
 from .params import LOWER, UPPER, param
 
 NAME = "herd"
@@ -131,6 +152,9 @@ class Params:
     ttl_own_answer_share: float = param(0.25, "TTL trigger: when fewer than this share of the herd's clients have "
                                               "their own earlier answer in the capture, the key's latest answer "
                                               "is used instead", unit="share", lo=0.0, hi=1.0)
+    nested_share: float = param(0.9, "file-system herds: a directory's herd is its child's when that one child "
+                                     "has this share of the directory's (client, name) uses",
+                                unit="share", lo=0.0, hi=1.0)
     max_latency_factor: float = param(100.0, "the latency factor in the impact (p99 during / before) counts at "
                                              "most this much", unit="x", gate=UPPER, lo=1.0)
 
@@ -197,8 +221,12 @@ def requests_of(frames: dict[str, pl.DataFrame], keep: tuple[str, ...] = ()) -> 
 # -- the segment search: detectors/herd_search.py ------------------------------------------------
 
 def _with_keys(req: pl.DataFrame) -> pl.DataFrame:
+    if "key_operation" not in req.columns:
+        req = req.with_columns(pl.col("operation").alias("key_operation"), pl.col("resource").alias("named"),
+                               pl.lit(False).alias("dir_row"), pl.lit(False).alias("fs_row"),
+                               pl.lit(False).alias("setup_row"))
     return req.with_columns(
-        pl.concat_str("protocol", "server", "operation", "key_resource", separator="\x1f").hash().alias("key"))
+        pl.concat_str("protocol", "server", "key_operation", "key_resource", separator="\x1f").hash().alias("key"))
 
 
 def _episodes(req: pl.DataFrame, params: Params, t_first: int, t_last: int) -> pl.DataFrame:
@@ -244,6 +272,7 @@ def _episodes(req: pl.DataFrame, params: Params, t_first: int, t_last: int) -> p
         pl.col("key").first(), pl.col("request_ts_ns").min().alias("start_ns"),
         pl.col("request_ts_ns").max().alias("end_ns"), pl.col("client_id").n_unique().alias("clients"),
         pl.len().alias("arrivals"), pl.col("lam").first(), pl.col("baseline_rate").first(),
+        pl.col("_row").alias("arrival_rows"),
         pl.col("client").n_unique().alias("addresses"),
         pl.col("client_id").filter(pl.col("client_identity") == "address+port").n_unique().alias("split_clients"),
         pl.col("client").filter(pl.col("client_identity") == "address+port").n_unique().alias("split_addresses"),
@@ -256,7 +285,8 @@ def _episodes(req: pl.DataFrame, params: Params, t_first: int, t_last: int) -> p
 # -- the report ------------------------------------------------------------------------------------
 
 def _server_stats(req: pl.DataFrame, eps: pl.DataFrame, params: Params) -> pl.DataFrame:
-    """Per episode: the server's (same protocol) p99 latency and failure share during and before.
+    """Per episode: the server's (same protocol) p99 latency and failure share during (from its first
+    arrival to its last request, ``busy_end_ns``) and before.
 
     "Before" is the ``lookback_ns`` before the first of the server's herds that overlap this one
     (a run of herds that overlap in time, such as the AS and then the TGS requests of the same
@@ -271,7 +301,9 @@ def _server_stats(req: pl.DataFrame, eps: pl.DataFrame, params: Params) -> pl.Da
             .with_columns((pl.col("start_ns") > pl.col("end_ns").cum_max().shift(1).over("protocol", "server"))
                           .fill_null(True).cum_sum().alias("_run"))
             .select("seg", pl.col("start_ns").min().over("_run").alias("_run_start")))
-    e = (eps.select("seg", "protocol", "server", "start_ns", "end_ns").join(runs, on="seg", how="left")
+    # "during": from the herd's first arrival to its last request (its arrivals' repeats included)
+    busy = pl.max_horizontal("end_ns", "busy_end_ns") if "busy_end_ns" in eps.columns else pl.col("end_ns")
+    e = (eps.select("seg", "protocol", "server", "start_ns", busy.alias("_during_end")).join(runs, on="seg", how="left")
          .with_columns(pl.coalesce("_run_start", "start_ns").alias("_before_end")))
     srv = req.select("protocol", "server", "request_ts_ns", "latency_ns", "answered", "failed", "in_herd")
     by_srv = {k: g.sort("request_ts_ns") for k, g in srv.group_by(["protocol", "server"])}
@@ -282,7 +314,7 @@ def _server_stats(req: pl.DataFrame, eps: pl.DataFrame, params: Params) -> pl.Da
             continue
         cols = {"seg": ge["seg"].to_numpy()}
         t = g["request_ts_ns"].to_numpy()
-        cols |= stats_columns(t, g, ge["start_ns"].to_numpy(), ge["end_ns"].to_numpy(), "right", "during")
+        cols |= stats_columns(t, g, ge["start_ns"].to_numpy(), ge["_during_end"].to_numpy(), "right", "during")
         quiet = g.filter(~pl.col("in_herd"))
         b_end = ge["_before_end"].to_numpy()
         cols |= stats_columns(quiet["request_ts_ns"].to_numpy(), quiet, b_end - int(params.lookback_ns), b_end,
@@ -313,75 +345,43 @@ def _server_stats(req: pl.DataFrame, eps: pl.DataFrame, params: Params) -> pl.Da
     return eps.join(stats, on="seg", how="left")
 
 
+_HIT_COLUMNS = ("_rid", "key", "request_frame", "request_ts_ns", "counts", "named", "client_id", "dir_row",
+                "operation")
+
+
 def _evidence(req: pl.DataFrame, eps: pl.DataFrame) -> pl.DataFrame:
-    """Per episode: every request of its key inside its span (frames), and the in_herd marks."""
+    """Per episode: every request of its key inside its span, and every request of its arrivals'
+    sessions (a client's repeats right after the span are the herd's too): the evidence frames and
+    the in_herd marks."""
     e = eps.select("seg", "key", "start_ns", "end_ns")
-    hits = req.select("key", "request_frame", "request_ts_ns", "counts").join(e, on="key", how="inner").filter(
-        pl.col("request_ts_ns").is_between(pl.col("start_ns"), pl.col("end_ns")))
-    return hits
+    span = req.select(*_HIT_COLUMNS).join(e, on="key", how="inner").filter(
+        pl.col("request_ts_ns").is_between(pl.col("start_ns"), pl.col("end_ns"))).select("seg", *_HIT_COLUMNS)
+    return pl.concat([span, _arrival_requests(req, eps).select("seg", *_HIT_COLUMNS)]).unique(
+        ["seg", "_rid"], keep="first").sort("seg", "request_ts_ns", "_rid")
 
 
-def _ttl_trigger(req: pl.DataFrame, eps: pl.DataFrame, params: Params) -> pl.DataFrame:
-    """Per DNS episode: ttl_s (the TTL whose expiry triggered it) and ttl_share (share of the herd's
-    clients whose own latest answer expired at their re-query), null when no TTL explains it."""
-    answers = req.filter(pl.col("ttl").is_not_null() & pl.col("answered") & pl.col("response_ts_ns").is_not_null()
-                         & pl.col("key").is_in(eps["key"].implode())
-                         ).select("key", "client_id", pl.col("response_ts_ns").alias("ans_ts"), "ttl")
-    out_schema = {"seg": pl.Int64, "ttl_s": pl.Int64, "ttl_share": pl.Float64}
-    if answers.height == 0 or eps.height == 0:
-        return pl.DataFrame(schema=out_schema)
-    tol = int(params.ttl_tolerance_ns)
-    # the herd's arrivals: each client's first request of the key in the episode
-    herd = (req.filter(pl.col("counts")).select("key", "client_id", "request_ts_ns")
-            .join(eps.select("seg", "key", "start_ns", "end_ns"), on="key", how="inner")
-            .filter(pl.col("request_ts_ns").is_between(pl.col("start_ns"), pl.col("end_ns")))
-            .group_by("seg", "key", "client_id").agg(pl.col("request_ts_ns").min()))
-    mine = (herd.sort("request_ts_ns")
-            .join_asof(answers.sort("ans_ts", "ttl"), left_on="request_ts_ns", right_on="ans_ts", by=["key", "client_id"],
-                       strategy="backward", allow_exact_matches=False, check_sortedness=False)
-            .with_columns((pl.col("ans_ts") + pl.col("ttl") * S).alias("expiry"))
-            .with_columns(pl.col("request_ts_ns").is_between(pl.col("expiry") - tol, pl.col("expiry") + S + tol)
-                          .alias("hit")))
-    per = mine.group_by("seg").agg(
-        pl.len().alias("n"), pl.col("ans_ts").is_not_null().sum().alias("with_answer"),
-        pl.col("hit").fill_null(False).sum().alias("hits"),
-        pl.col("ttl").filter(pl.col("hit").fill_null(False)).max().alias("ttl_hit"))
-    # fallback when the clients' own answers are not in the capture: the key's latest earlier answer
-    latest = (eps.select("seg", "key", "start_ns").sort("start_ns")
-              .join_asof(answers.select("key", "ans_ts", "ttl").sort("ans_ts", "ttl"), left_on="start_ns", right_on="ans_ts",
-                         by="key", strategy="backward", allow_exact_matches=False, check_sortedness=False)
-              .with_columns((pl.col("ans_ts") + pl.col("ttl") * S).alias("expiry"))
-              .with_columns(pl.col("start_ns").is_between(pl.col("expiry") - tol, pl.col("expiry") + S + tol)
-                            .fill_null(False).alias("key_hit"))
-              .select("seg", "key_hit", pl.col("ttl").alias("key_ttl")))
-    per = per.join(latest, on="seg", how="left").with_columns(
-        (pl.col("hits") / pl.col("n")).alias("share"),
-        (pl.col("with_answer") < params.ttl_own_answer_share * pl.col("n")).alias("few_own"))
-    own = (pl.col("hits") >= params.ttl_match_share * pl.col("n"))
-    fallback = pl.col("few_own") & pl.col("key_hit")
-    return per.select(
-        pl.col("seg").cast(pl.Int64),
-        pl.when(own).then(pl.col("ttl_hit")).when(fallback).then(pl.col("key_ttl")).otherwise(None)
-        .cast(pl.Int64).alias("ttl_s"),
-        pl.when(own).then(pl.col("share")).when(fallback).then(pl.lit(None, pl.Float64)).otherwise(None)
-        .alias("ttl_share"),
-    )
+def _sessions(req: pl.DataFrame, params: Params) -> pl.DataFrame:
+    """``_session`` per counted request: an arrival and its repeats (the client's requests of the
+    key until a gap of ``repeat_ns``) share one; null for requests that do not count."""
+    window = int(params.repeat_ns)
+    new = (((pl.col("request_ts_ns") - pl.col("request_ts_ns").shift(1)) >= window).fill_null(True)
+           | (pl.col("key") != pl.col("key").shift(1)).fill_null(True)
+           | (pl.col("cid") != pl.col("cid").shift(1)).fill_null(True))
+    # integers only (sorting strings is what costs), as in _episodes
+    sess = (req.with_row_index("_r").filter(pl.col("counts"))
+            .select("_r", "key", pl.col("client_id").hash().alias("cid"), "request_ts_ns")
+            .sort("key", "cid", "request_ts_ns", "_r").select("_r", new.cum_sum().alias("_session")))
+    return req.with_row_index("_r").join(sess, on="_r", how="left").sort("_r").drop("_r")
 
 
-def _failure_trigger(req: pl.DataFrame, eps: pl.DataFrame, params: Params) -> pl.DataFrame:
-    """Per episode: the key's failures (errors, or no answer where one was expected) in the lookback
-    before it, kept only when they are at least ``failure_share`` of its requests there (a key that
-    always fails now and then has no trigger in that)."""
-    before = eps.select("seg", "key", "start_ns").join(
-        req.filter(~pl.col("in_herd")).select("key", "request_ts_ns", "failed"), on="key", how="inner").filter(
-        (pl.col("request_ts_ns") < pl.col("start_ns"))
-        & (pl.col("request_ts_ns") >= pl.col("start_ns") - params.failure_lookback_ns))
-    return before.group_by("seg").agg(
-        pl.col("failed").sum().alias("failures_before"), pl.len().alias("_n"),
-        (pl.col("start_ns").first() - pl.col("request_ts_ns").filter(pl.col("failed")).min())
-        .alias("failures_since_ns"),
-    ).filter((pl.col("failures_before") > 0) & (pl.col("failures_before") >= params.failure_share * pl.col("_n"))
-             ).drop("_n")
+def _arrival_requests(req: pl.DataFrame, eps: pl.DataFrame) -> pl.DataFrame:
+    """Per episode (``seg``): every request of its arrivals' sessions (an arrival and its repeats),
+    with what it names."""
+    rows = req.with_row_index("_row").select("_row", "_session")
+    arr = (eps.select("seg", "arrival_rows").explode("arrival_rows")
+           .join(rows, left_on="arrival_rows", right_on="_row", how="inner").select("seg", "_session"))
+    return req.filter(pl.col("_session").is_not_null()).select(
+        "_session", *_HIT_COLUMNS).join(arr, on="_session", how="inner")
 
 
 def _verb(protocol: str, operation: str, ttl: bool) -> str:
@@ -406,7 +406,10 @@ def _explain(r: dict, res_ns: float) -> str:
     declared = protocol_declaration(proto)
     if declared is not None and declared.operation_after_resource and op:
         what = f"{what} {op}"
-    head = f"{r['clients']} clients {_verb(proto, op, r['ttl_s'] is not None)} {what} at {r['server']} {within}"
+    verb = _verb(proto, op, r['ttl_s'] is not None)
+    if r.get("is_fs") or r.get("is_setup"):
+        verb, what = fs_words(r, declared)
+    head = " ".join(w for w in (f"{r['clients']} clients", verb, what, f"at {r['server']} {within}") if w)
     if r["ttl_s"] is not None:
         share = f"; {r['ttl_share'] * 100:.0f} % of them right when their own cached answer expired" \
             if r["ttl_share"] is not None else ""
@@ -480,7 +483,8 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
     if req.height < params.min_clients:
         return empty_findings()
     req = client_identity_by(req, ["protocol", "server"], end="end_ts_ns")
-    req = _with_keys(req)
+    fs = fs_protocols(frames)
+    req = _sessions(_with_keys(fs_keyed(req, fs) if fs else req), params).with_row_index("_rid")
     t_first, t_last = _observed_period(capture, req)
     eps = _episodes(req, params, t_first, t_last)
     if eps.height == 0:
@@ -489,12 +493,15 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
     keyinfo = (req.filter(pl.col("key").is_in(eps["key"].implode()))
                .group_by("key").agg(pl.col("protocol").first(), pl.col("server").first(),
                                     pl.col("operation").first(), pl.col("resource").mode().sort().first(),
+                                    pl.col("key_resource").first(), pl.col("fs_row").first().alias("is_fs"),
+                                    pl.col("setup_row").first().alias("is_setup"),
                                     pl.col("counts").sum().alias("key_requests")))
     eps = eps.join(keyinfo, on="key", how="left").with_columns(
         pl.when(pl.col("split_clients") * 2 > pl.col("clients")).then(pl.lit("address+port"))
         .otherwise(pl.lit("address")).alias("client_identity"))
     hits = _evidence(req, eps)
-    ev = hits.group_by("seg").agg(pl.col("request_frame").alias("evidence_frames"), pl.len().alias("in_span"))
+    ev = hits.group_by("seg").agg(pl.col("request_frame").unique().sort().alias("evidence_frames"),
+                                  pl.len().alias("in_span"), pl.col("request_ts_ns").max().alias("busy_end_ns"))
     # "outside its herds" and "before the herd, other herds left out" leave out herds of at least two
     # clients: an episode of one stream is not a herd (with min_clients=1 every request would be one,
     # and nothing would be left to compare with)
@@ -524,12 +531,15 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
     ).filter(~pl.col("judged") | (pl.col("herd_rate") >= params.rate_factor * pl.col("baseline_outside")))
     if eps.height == 0:
         return empty_findings()
-    eps = _server_stats(req, eps, params)
+    eps = eps.join(fs_names(hits), on="seg", how="left")
+    eps = one_per_tree(eps, params.nested_share)
+    # the server's statistics: each request once (not its directory's copy)
+    eps = _server_stats(req.filter(~pl.col("dir_row")), eps, params)
     answering = req.filter(pl.col("answered")).select("protocol").unique().with_columns(
         pl.lit(True).alias("answers_seen"))
     eps = eps.join(answering, on="protocol", how="left").with_columns(pl.col("answers_seen").fill_null(False))
-    eps = eps.join(_ttl_trigger(req, eps, params), on="seg", how="left")
-    eps = eps.join(_failure_trigger(req, eps, params), on="seg", how="left")
+    eps = eps.join(ttl_trigger(req, eps, params), on="seg", how="left")
+    eps = eps.join(failure_trigger(req, eps, params), on="seg", how="left")
     sync_ok = res_ns * RESOLUTION_TICKS <= params.sync_tolerance_ns
     frac = (pl.col("start_ns") % S)
     off_ms = pl.when(frac > S // 2).then(frac - S).otherwise(frac) / NS_PER_MS

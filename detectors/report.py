@@ -200,7 +200,7 @@ def _compact(console, group: list[dict]) -> None:
 def population_tag(r: dict) -> str:
     """What a listing adds to a population finding's title: how many findings it stands for."""
     n = r.get("members") or 0
-    return f" [population of {n} findings]" if n else ""
+    return f" [population of {n} finding{'s' if n != 1 else ''}]" if n else ""
 
 
 def print_members(console, population: dict, records: list[dict]) -> None:

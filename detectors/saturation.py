@@ -39,6 +39,13 @@ The signal, per service and operation (protocol, server, server port, operation)
     transactions, ``retransmission`` on Kerberos ones, TCP retransmissions in a turn), against the
     baseline's. **SMB2 credits** (MS-SMB2 3.3.1.2): credits granted against credits requested in
     ``smb2_messages`` past the knee and before it (a server throttling its clients grants fewer).
+    **NFSv4.1 slots** (RFC 8881 §2.10.6.1 the slot table, §18.46.3 sr_highest_slotid /
+    sr_target_highest_slotid; detectors/saturation_slots.py): from ``nfs_messages``' SEQUENCE rows, per
+    session past the knee the slots in use at once against those the server accepts, and the share of
+    the time they were all busy: either the slot tables were exhausted (what reached the server was
+    capped at sessions x slots, the clients' further requests waited unseen on their side; a lowered
+    target is the server throttling through them) or they were never the limit (at most M of N in use:
+    the server's own capacity was).
 
 Severity rule
     A finding needs ``min_requests`` requests, ``min_baseline_windows`` baseline and
@@ -71,7 +78,7 @@ Known false positives, and how they are handled
 
 References: Little, "A proof for the queuing formula L = lambda W" (1961); Bronson, Aghayev, Charapko,
 Zhu, "Metastable failures in distributed systems" (HotOS 2021); MS-SMB2 3.3.1.2 (credits); RFC 1035,
-RFC 4120, RFC 4511 (the transactions).
+RFC 4120, RFC 4511, RFC 8881 (the transactions).
 """
 from __future__ import annotations
 
@@ -79,6 +86,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from . import saturation_slots
 from . import saturation_windows as sw
 from .base import (at_least_resolution, empty_findings, findings, fmt_ns, fmt_number, protocol_declaration,
                    transaction_frames, TRANSACTION_FRAMES)
@@ -86,7 +94,7 @@ from .params import LOWER, UPPER, param
 
 NAME = "saturation"
 KINDS = ("saturation", "collapse")
-REQUIRES = (*TRANSACTION_FRAMES, "smb2_messages", "connections", "tcp_segments", "interfaces")
+REQUIRES = (*TRANSACTION_FRAMES, "smb2_messages", "nfs_messages", "connections", "tcp_segments", "interfaces")
 ORDER = 35
 
 
@@ -135,6 +143,12 @@ class Params:
                                    unit="share", gate=LOWER, lo=0.0, hi=1.0)
     min_clients: int = param(2, "clients with requests past the knee; fewer: at most low (a client-side "
                                 "limit)", unit="clients", gate=LOWER, lo=1)
+    slot_full_share: float = param(0.5, "wording (NFSv4.1): a session is slot-bound past the knee when all the slots "
+                                        "the server accepts were busy for this share of the period or more",
+                                   unit="share", lo=0.0, hi=1.0)
+    slot_bound_sessions_share: float = param(0.5, "wording (NFSv4.1): the slot tables were exhausted when at least "
+                                                  "this share of the sessions were slot-bound", unit="share", lo=0.0,
+                                             hi=1.0)
     max_client_share: float = param(0.8, "one client's share of the outstanding time past the knee at this or "
                                          "more: at most low", unit="share", gate=UPPER, lo=0.0, hi=1.0)
 
@@ -176,6 +190,8 @@ def _explain(r: dict, p: Params, window: int, limited: bool) -> str:
               f"({(r['retry_share_base'] or 0):.0%} before)" + (", amplifying it" if amp else ""))
     if r.get("credit_text"):
         t += "; " + r["credit_text"]
+    if r.get("slot_text"):
+        t += "; " + r["slot_text"]
     t += f"; {r['clients']} client{'s' if r['clients'] != 1 else ''} ({r['client_identity']})"
     if r["clients"] < p.min_clients or (r["top_client_share"] or 0) >= p.max_client_share:
         t += (f", one of them holding {r['top_client_share']:.0%} of the outstanding time: a client-side limit "
@@ -221,6 +237,7 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
         return empty_findings()
     summ = sw.clients_past(summ, req, p)
     summ = sw.smb2_credits(capture, summ)
+    summ = saturation_slots.slot_use(capture, summ, p)
     summ = summ.with_columns(
         ((pl.col("n_collapse") >= p.min_collapse_windows) & (pl.col("past_x") <= p.collapse_share * pl.col("capacity")))
         .alias("collapsed")).with_columns(

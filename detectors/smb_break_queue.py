@@ -263,11 +263,7 @@ def _waiters(b: pl.DataFrame, tx: pl.DataFrame, ident: pl.Expr, end: int | None,
     holder = b.select("bid", "holder")
     pairs = pairs.join(holder, on="bid", how="left")
     depth = queue_depth_of(pairs, end)
-    ops = pairs.group_by("bid", "operation").len().sort("bid", "len", "operation", descending=[False, True, False]) \
-        .group_by("bid", maintain_order=True).agg(
-            pl.format("{} {}{}", pl.col("len"), pl.col("operation"),
-                      pl.when(pl.col("len") > 1).then(pl.lit("s")).otherwise(pl.lit("")))
-            .str.join(", ").alias("waiter_ops"))
+    ops = waiter_ops(pairs, "bid")
     agg = pairs.group_by("bid").agg(
         pl.len().cast(pl.UInt32).alias("waiters"),
         pl.col("wclient").filter(pl.col("wclient") != pl.col("holder")).n_unique().cast(pl.UInt32)
@@ -322,8 +318,17 @@ def queue_depth(capture, params: Params = Params()) -> pl.DataFrame:
 
 # -- findings ---------------------------------------------------------------------------------------
 
-def _bump(sev: pl.Expr, cond: pl.Expr, to: str) -> pl.Expr:
-    """At least ``to`` when ``cond``."""
+def waiter_ops(waiters: pl.DataFrame, key: str) -> pl.DataFrame:
+    """Per ``key``: ``waiter_ops``, what the waiters asked, most asked first ("3 CREATEs, 1 SET_INFO")."""
+    return waiters.group_by(key, "operation").len().sort(key, "len", "operation", descending=[False, True, False]) \
+        .group_by(key, maintain_order=True).agg(
+            pl.format("{} {}{}", pl.col("len"), pl.col("operation"),
+                      pl.when(pl.col("len") > 1).then(pl.lit("s")).otherwise(pl.lit("")))
+            .str.join(", ").alias("waiter_ops"))
+
+
+def severity_at_least(sev: pl.Expr, cond: pl.Expr, to: str) -> pl.Expr:
+    """A severity expression raised to at least ``to`` where ``cond`` holds (never lowered)."""
     ranks = list(SEVERITY_RANK.values())
     names = list(SEVERITY_RANK)
     r = sev.replace_strict(names, ranks, return_dtype=pl.Int32)
@@ -342,7 +347,7 @@ def _break_findings(b: pl.DataFrame, params: Params) -> pl.DataFrame:
     sev = severity_from_scale(pl.col("total_wait_ns") / NS_PER_S, (0.0, params.medium_wait_s, params.high_wait_s,
                                                                params.critical_wait_s))
     f = f.with_columns(sev.alias("severity")).with_columns(
-        _bump(pl.col("severity"), pl.col("waiters") >= params.many_waiters, "high").alias("severity"),
+        severity_at_least(pl.col("severity"), pl.col("waiters") >= params.many_waiters, "high").alias("severity"),
     ).with_columns(pl.when(blind).then(pl.lit("informational")).otherwise(pl.col("severity")).alias("severity"),
                    blind.alias("blind"))
     rows = []

@@ -30,6 +30,9 @@ sys.path.insert(0, str(HERE))
 
 from realkit import core, driver, facts, tomlw  # noqa: E402
 
+# nfs-ganesha with its VFS backend; the NFS clients are ours (realkit/nfs_client.py)
+NFS_DEBS = ["nfs-ganesha", "nfs-ganesha-vfs"]
+
 # name -> (module, build function, Debian packages, Python modules, has healthy twin)
 SCENARIOS: dict[str, tuple[str, str, list[str], list[str], bool]] = {
     "dns-ttl-herd": ("scen_dns", "build_ttl_herd", ["unbound", "nsd"], ["dns"], True),
@@ -54,6 +57,14 @@ SCENARIOS: dict[str, tuple[str, str, list[str], list[str], bool]] = {
     "ldap-saturation": ("scen_saturation", "build_ramp", ["slapd", "ldap-utils"], ["ldap3"], True),
     "cascade-dns-krb5": ("scen_cascade", "build_cascade", ["unbound", "nsd", "krb5-kdc", "krb5-admin-server",
                          "krb5-user"], ["dns"], True),
+    "nfs4-open-herd": ("scen_nfs", "build_herd", NFS_DEBS, [], True),
+    "nfs4-lock-polling": ("scen_nfs", "build_lock_polling", NFS_DEBS, [], True),
+    "nfs4-lock-polling-growing": ("scen_nfs", "build_lock_polling_growing", NFS_DEBS, [], False),
+    "nfs3-udp-retrans": ("scen_nfs", "build_udp_retrans", [*NFS_DEBS, "rpcbind"], [], True),
+    # gcc: the IPv4-only socket shim ganesha runs with (realkit/nfs_server.py)
+    "nfs4-delegation-recall": ("scen_nfs_deleg", "build_recall", ["nfs-ganesha", "nfs-ganesha-gluster",
+                               "glusterfs-server", "gcc"], [], True),
+    "nfs41-saturation": ("scen_nfs_saturation", "build_saturation", NFS_DEBS, [], True),
 }
 
 HEADER = '''# herdscope real-server sample captures: how each was made, what happened, ground truth.
@@ -67,7 +78,7 @@ HEADER = '''# herdscope real-server sample captures: how each was made, what hap
 # count_tolerance, [capture.expect.measured].
 # Severity order: informational < low < medium < high < critical.
 # Detectors: herd, retry_storm, smb_break_queue, tcp_stall, toctou, conn_churn, replay, saturation, incast,
-# replication_conflict.
+# replication_conflict, lock_polling, delegation_recall.
 '''
 
 

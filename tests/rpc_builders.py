@@ -195,3 +195,59 @@ def cb_op_recall(sid: bytes, fh: bytes) -> bytes:
 
 def cb_op_sequence(sessionid: bytes, seq: int, slot: int, highest: int) -> bytes:
     return u32(11) + sessionid + u32(seq) + u32(slot) + u32(highest) + u32(0) + u32(0)
+
+
+# --- delegations and their recall (RFC 7530 §10.4, §16.6, §18.2; RFC 8881 §18.6, §20.2) -------------
+
+NFS4ERR_DELAY = 10008
+
+
+def res_open_write_deleg(sid: bytes, deleg_sid: bytes) -> bytes:
+    """OPEN4resok granting a WRITE delegation (open_write_delegation4: stateid, recall, space_limit
+    NFS_LIMIT_SIZE, permissions)."""
+    body = sid + u32(0) + u64(1) + u64(2) + u32(4) + u32(0) + u32(2)
+    body += deleg_sid + u32(0) + u32(1) + u64(1 << 20) + u32(0) + u32(0) + u32(0) + opaque("EVERYONE@")
+    return u32(18) + u32(0) + body
+
+
+def op_write(sid: bytes, offset: int, data: bytes, stable: int = 2) -> bytes:
+    return u32(38) + sid + u64(offset) + u32(stable) + opaque(data)
+
+
+def res_write(count: int) -> bytes:
+    return u32(38) + u32(0) + u32(count) + u32(2) + b"verifier"
+
+
+def cb_recall_call(xid: int, sid: bytes, fh: bytes, sessionid: bytes | None = None, cb_prog: int = 0x40000000,
+                   seq: int = 1) -> bytes:
+    """CB_COMPOUND with CB_RECALL (4.1 with CB_SEQUENCE when ``sessionid``, else 4.0) as a record."""
+    ops = ([cb_op_sequence(sessionid, seq, 0, 0)] if sessionid is not None else []) + [cb_op_recall(sid, fh)]
+    return record(call(xid, cb_prog, 1, 1, cb_compound("", 1 if sessionid is not None else 0, 0, ops)))
+
+
+def cb_recall_reply(xid: int, sessionid: bytes | None = None, seq: int = 1, status: int = 0) -> bytes:
+    res = ([u32(11) + u32(0) + sessionid + u32(seq) + u32(0) + u32(0) + u32(0)] if sessionid is not None else [])
+    return record(reply(xid, compound_res(status, "", res + [res_plain(4, status)])))
+
+
+def multi_tcp_capture(connections) -> bytes:
+    """One pcap (ns) of several record-marked TCP connections on one timeline. ``connections``: dicts
+    with ``client`` and ``server`` (address, port), ``t0`` (handshake time, ns; RTT 20 µs) and
+    ``messages``: (t_ns, from_client, record bytes) in order."""
+    import struct as _s
+
+    records = []
+    for c in connections:
+        steps = handshake(t0=c["t0"])
+        sent = {True: 0, False: 0}
+        for t, fc, data in c["messages"]:
+            steps.append({"t": t, "from_client": fc, "data": data, "seq": 1 + sent[fc], "flags": 0x18})
+            sent[fc] += len(data)
+        pcap = tcp_conversation(steps, client=c["client"], server=c["server"])
+        p = 24
+        while p < len(pcap):
+            sec, frac, caplen, _wire = _s.unpack_from("<IIII", pcap, p)
+            records.append((sec, frac, pcap[p + 16:p + 16 + caplen]))
+            p += 16 + caplen
+    records.sort(key=lambda r: (r[0], r[1]))
+    return pcap_file(records, nanosecond=True)

@@ -22,7 +22,7 @@ from detectors.base import CaptureView, UndeclaredFrame, client_identity, client
 
 SAMPLES = Path(__file__).parent.parent / "samples"
 # today's run and listing order (ORDER), which `herdscope detectors` and scan's summary keep
-DETECTORS = ["herd", "replay", "retry_storm", "smb_break_queue", "saturation", "tcp_stall", "incast", "toctou", "replication_conflict",
+DETECTORS = ["herd", "replay", "retry_storm", "smb_break_queue", "delegation_recall", "lock_polling", "saturation", "tcp_stall", "incast", "toctou", "replication_conflict",
              "conn_churn", "pfc_storm", "gbn_retransmission", "rnr_retry", "ecn_congestion"]
 READER_FRAMES = {"packets", "tcp_sack", "icmp_errors", "interfaces"}  # made by the reader, not by builders
 # per detector: a sample on which it reports something (so its reading is exercised)
@@ -31,6 +31,7 @@ EXERCISED = {"herd": "dns-ttl-herd.pcap", "retry_storm": "dns-retry-storm.pcapng
              "toctou": "ldap-toctou.pcapng", "conn_churn": "ldap-conn-churn.pcap",
              "saturation": "ldap-saturation.pcap", "replication_conflict": "ldap-repl-conflict.pcap",
              "incast": "tcp-incast.pcap", "replay": "krb5-replay-ldap-gssapi.pcapng",
+             "lock_polling": "nfs4-lock-polling.pcap", "delegation_recall": "nfs4-delegation-recall.pcap",
              # generated RoCEv2 captures (tests/rocev2_captures.py, scale ROCEV2_SCALE): "rocev2:<scenario>"
              "gbn_retransmission": "rocev2:rocev2-gbn-storm", "pfc_storm": "rocev2:rocev2-pfc-storm",
              "rnr_retry": "rocev2:rocev2-rnr-loop", "ecn_congestion": "rocev2:rocev2-incast"}
@@ -40,7 +41,8 @@ OTHER = {"herd": "smb2-toctou.pcap", "saturation": "smb2-break-queue.pcap", "ret
          "gbn_retransmission": "dns-ttl-herd.pcap", "pfc_storm": "tcp-rto-blackout.pcap",
          "rnr_retry": "smb2-toctou.pcap", "ecn_congestion": "ldap-conn-churn.pcap",
          "replication_conflict": "ldap-toctou.pcapng", "incast": "dns-ttl-herd.pcap",
-         "replay": "dns-ttl-herd.pcap"}
+         "replay": "dns-ttl-herd.pcap", "lock_polling": "dns-ttl-herd.pcap",
+         "delegation_recall": "smb2-break-queue.pcap"}
 ROCEV2_SCALE = 0.1
 
 

@@ -30,6 +30,16 @@ DATA = Path(__file__).parent / "data" / "nfs"
 ZEEK = ["zeek-nfs_base.pcap", "zeek-nfs_write.pcap", "zeek-nfs_fsinfo_bad_status.pcap", "zeek-mount-unmount.pcap",
         "zeek-rpc-portmap-sadmind.pcap"]
 RECORDED = sorted(p.name for p in (DATA / "recorded").glob("*.pcap*")) if (DATA / "recorded").is_dir() else []
+SAMPLES = Path(__file__).parent.parent / "samples"
+# the recorded NFS samples (samples/MANIFEST.toml; nfs-ganesha with Gluster or VFS, NFSv3/4.0/4.1)
+SAMPLE_NFS = sorted(p.name for p in SAMPLES.glob("nfs*.pcap*"))
+
+
+def _path(name: str) -> Path:
+    """Where a capture of these tests lives: the Zeek traces, tests/data/nfs/recorded, or samples/."""
+    if name in ZEEK:
+        return DATA / name
+    return DATA / "recorded" / name if name in RECORDED else SAMPLES / name
 
 pytestmark = [pytest.mark.tshark, pytest.mark.skipif(not have_tshark(), reason="tshark not installed")]
 
@@ -87,7 +97,9 @@ def compare(path: Path) -> dict:
         for theirs, mine in table.items():
             rows = joined.filter(where)
             if table is CALL_FIELDS and theirs in ("nfs.fh.hash", "nfs.name"):
-                rows = rows.filter(pl.col("program") == 100003)
+                # NFSv3's one handle and name per call; NFSv4's are per COMPOUND operation (compare_v4: the
+                # first occurrence is not the first operation's when SEQUENCE leads, as in 4.1)
+                rows = rows.filter((pl.col("program") == 100003) & (pl.col("version") != 4))
             if theirs == "mount.status":
                 rows = rows.filter(pl.col("program") == 100005)
             elif theirs == "nfs.status":
@@ -102,9 +114,9 @@ def compare(path: Path) -> dict:
             "mismatches": mismatches}
 
 
-@pytest.mark.parametrize("name", ZEEK + RECORDED)
+@pytest.mark.parametrize("name", ZEEK + RECORDED + SAMPLE_NFS)
 def test_rpc_and_nfs_fields_match_tshark(name):
-    got = compare(DATA / name if name in ZEEK else DATA / "recorded" / name)
+    got = compare(_path(name))
     assert got["frames"] > 0 and got["frames"] == got["ours"], got
     assert got["mismatches"] == [], got["mismatches"][:20]
 
@@ -123,7 +135,8 @@ def test_every_rpc_frame_on_our_ports_is_decoded():
 
 V4_LISTS = {"nfs.opcode": "opcode", "nfs.nfsstat4": "statuses", "nfs.fh.hash": "fh_hash",
             "nfs.pathname.component": "name", "nfs.locktype4": "lock_code", "nfs.offset4": "lock_offset",
-            "nfs.length4": "lock_length", "nfs.clientid": "clientid"}
+            "nfs.length4": "lock_length", "nfs.clientid": "clientid", "nfs.slotid": "slotid",
+            "nfs.high_slotid": "highest_slotid", "nfs.target_high_slotid": "target_highest_slotid"}
 _LOCK_CODES = {"READ_LT": 1, "WRITE_LT": 2, "READW_LT": 3, "WRITEW_LT": 4}
 
 
@@ -170,9 +183,9 @@ def compare_v4(path: Path) -> dict:
     return {"messages": joined.height, "compared": compared, "mismatches": mismatches}
 
 
-@pytest.mark.parametrize("name", RECORDED)
+@pytest.mark.parametrize("name", RECORDED + SAMPLE_NFS)
 def test_nfs4_operations_match_tshark(name):
-    got = compare_v4(DATA / "recorded" / name)
+    got = compare_v4(_path(name))
     if got["messages"] == 0:
         pytest.skip("no NFSv4 COMPOUND in this capture")
     assert got["mismatches"] == [], got["mismatches"][:10]

@@ -45,3 +45,35 @@ def test_xdr_opaque_padding_round_trip():
     assert len(data) == 4 + 4 + 8 + 4 + 4 + 8
     u = Unpacker(data)
     assert (u.u32(), u.opaque(), u.opaque(), u.u64()) == (7, b"abcde", b"x", 2**40 + 3)
+
+
+def test_callback_server_answers_a_recall_on_loopback():
+    """samples/realkit/nfs_callback.py, the recall scenario's client side: a CB_COMPOUND(CB_RECALL) over
+    record-marked TCP (RFC 5531 §11) is answered NFS4_OK for the operation, and the recall handler runs."""
+    import socket
+    import struct
+    import threading
+
+    import rpc_builders as b
+    from samples.realkit.nfs_callback import CB_PROGRAM, CallbackServer
+    from samples.realkit.nfs_client import recv_record
+
+    called = threading.Event()
+    srv = CallbackServer("127.0.0.1", on_recall=lambda ev: called.set())
+    sid, fh = b.stateid(1, b"deleg-state1"), b"file-handle-00003"
+    msg = b.call(0x1234, CB_PROGRAM, 1, 1, b.cb_compound("t", 0, 1, [b.cb_op_recall(sid, fh)]))
+    try:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=5) as s:
+            s.sendall(b.record(msg, cuts=(10,)))   # two fragments: the server must join them
+            reply = recv_record(s)
+        assert called.wait(5)
+    finally:
+        srv.close()
+    xid, mtype, reply_stat, _flavor, _len, accept_stat, status = struct.unpack_from(">7I", reply)
+    assert (xid, mtype, reply_stat, accept_stat, status) == (0x1234, 1, 0, 0, 0)
+    tag_len = struct.unpack_from(">I", reply, 28)[0]
+    assert reply[32:32 + tag_len] == b"t"
+    n_ops, op, op_status = struct.unpack_from(">3I", reply, 32 + 4)
+    assert (n_ops, op, op_status) == (1, 4, 0)
+    ev = srv.recalls()[0]
+    assert ev.recall_stateid == sid and ev.recall_fh == fh and ev.procedure == "CB_COMPOUND"

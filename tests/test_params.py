@@ -18,7 +18,8 @@ MODULES = detectors.available()
 def test_the_registry_has_every_detector_module():
     # found by discovery (detectors/__init__.py); a module that fails to import must not silently
     # disappear from the list (tests/test_detector_contract.py checks discovery itself)
-    assert list(MODULES) == ["herd", "replay", "retry_storm", "smb_break_queue", "saturation", "tcp_stall", "incast",
+    assert list(MODULES) == ["herd", "replay", "retry_storm", "smb_break_queue", "delegation_recall", "lock_polling",
+                             "saturation", "tcp_stall", "incast",
                              "toctou", "replication_conflict", "conn_churn", "pfc_storm", "gbn_retransmission",
                              "rnr_retry", "ecn_congestion"]
 

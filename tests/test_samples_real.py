@@ -39,7 +39,10 @@ CAPTURE_KEYS = {"file": str, "scenario": str, "healthy": bool, "twin": str, "mad
 EXPECT_KEYS = {"detector": str, "min_severity": str, "start_s": (int, float),
                "tolerance_s": (int, float), "client": str, "server": str, "resource": str,
                "count": int, "count_tolerance": int, "measured": dict}
+# a sample is small; nfs41-saturation (16 NFSv4.1 sessions ramped past a server's knee, ~11k packets at
+# a 256-byte snap length) is the one that needs more
 MAX_BYTES = 1_000_000
+MAX_BYTES_BY_FILE = {"nfs41-saturation.pcap": 2_200_000}
 HAVE_TSHARK = shutil.which("tshark") is not None or Path(facts.TSHARK).exists()
 
 PCAP_MAGIC = {b"\xd4\xc3\xb2\xa1": "pcap-us", b"\x4d\x3c\xb2\xa1": "pcap-ns",
@@ -89,7 +92,7 @@ def test_capture_exists_small_and_complete(cap):
     path = SAMPLES / cap["file"]
     assert path.is_file(), f"{cap['file']} listed in MANIFEST.toml but missing"
     size = path.stat().st_size
-    assert size < MAX_BYTES, f"{cap['file']} is {size} bytes"
+    assert size < MAX_BYTES_BY_FILE.get(cap["file"], MAX_BYTES), f"{cap['file']} is {size} bytes"
     assert size == cap["size_bytes"], "capture changed since the manifest was written"
     for key, typ in CAPTURE_KEYS.items():
         assert key in cap, f"missing key {key}"
@@ -103,8 +106,12 @@ def test_capture_exists_small_and_complete(cap):
     # twins point at each other, healthy ones expect nothing
     twin = BY_FILE.get(cap["twin"])
     assert twin is not None, f"twin {cap['twin']} not in manifest"
-    assert twin["twin"] == cap["file"] and twin["scenario"] == cap["scenario"]
     assert twin["healthy"] != cap["healthy"]
+    import make_real  # noqa: PLC0415
+    if make_real.SCENARIOS[cap["scenario"]][4]:
+        assert twin["twin"] == cap["file"] and twin["scenario"] == cap["scenario"]
+    else:  # a variant without a twin of its own names another scenario's healthy capture
+        assert twin["healthy"] and not cap["healthy"]
     assert set(cap["silent"]) <= DETECTORS
     if cap["healthy"]:
         assert cap["expect"] == []

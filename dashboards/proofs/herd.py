@@ -11,6 +11,7 @@ import numpy as np
 import polars as pl
 
 import detectors.herd as detector
+from detectors.herd_files import FS_COLUMNS, parent_directory
 from analyzer.durations import fmt_ns
 
 from ..charts.base import (MAX_ROWS, PANEL_WIDTH, TIME_TITLE, data_range, empty, finish, focus_domain,
@@ -174,6 +175,11 @@ def herd_key(tx: pl.DataFrame, focus: str | None) -> pl.Expr:
         candidates.append(pl.format("{}@{}", "sname", "realm"))
     if "sname" in tx.columns:
         candidates.append(pl.col("sname"))
+    if focus and set(FS_COLUMNS) <= set(tx.columns):
+        # a file-system herd (NFS) is keyed on the path and on its parent directory: a finding on a
+        # directory counts the requests for the names in it as its own (detectors/herd.py fs_keyed)
+        in_focus = (pl.col("resource") == focus) | (parent_directory(pl.col("resource")) == focus)
+        return pl.when(in_focus.fill_null(False)).then(pl.lit(focus)).otherwise(pl.col("resource"))
     if focus:
         for key in candidates:
             if tx.select((key == focus).any()).item():
@@ -212,7 +218,7 @@ def herd_frames(tx: pl.DataFrame, finding: dict, dns: pl.DataFrame | None = None
 @proof_chart(detector.NAME)
 def herd_proof(p: Proof) -> list[tuple[object, str]]:
     finding = p.finding
-    ptx = p.protocol_transactions(extra=("sname", "realm"))
+    ptx = p.protocol_transactions(extra=("sname", "realm", *FS_COLUMNS))
     dns = common_transactions(p.cap.frame("dns_transactions")).with_columns(
         p.cap.frame("dns_transactions").select("answer_ttl_min", "negative_ttl")) \
         if (finding.get("kind") or "dns") == "dns" and p.has("dns_transactions") else None

@@ -12,6 +12,7 @@ import altair as alt
 import polars as pl
 
 import detectors.saturation as detector
+import detectors.saturation_slots as slots
 
 from ..charts.base import (TIME_TITLE, empty, finish, linked_zoom, opening_view, seconds_domain, thin, window_rect,
                            x_scale)
@@ -101,6 +102,33 @@ def timeline_chart(win: pl.DataFrame, *, t0_ns: int, window_ns: tuple[int, int] 
     return finish(chart, title, notes)
 
 
+def slots_chart(use: pl.DataFrame, *, t0_ns: int, window_ns: tuple[int, int] | None = None,
+                view_ns: tuple[int, int] | None = None) -> alt.Chart:
+    """NFSv4.1: the slots each session had in use over time (a step line per session) against the slots
+    the server accepts (its highest_slotid + 1, dashed), the finding's period shaded."""
+    title = "NFSv4.1 session slots in use over time"
+    if use.height == 0:
+        return empty("No SEQUENCE visible for this service.", title)
+    notes: list = []
+    view = opening_view(window_ns, view_ns, notes)
+    u = use.with_columns(((pl.col("t") - t0_ns) / 1e9).alias("t_s"))
+    u, note = thin(u, what="slot changes")
+    notes.append(note)
+    xs = x_scale(view, t0_ns)
+    x = alt.X("t_s:Q", title=TIME_TITLE, scale=xs)
+    layers = []
+    if window_ns:
+        layers.append(window_rect(*seconds_domain(window_ns[0], window_ns[1], t0_ns), "past the knee", opacity=0.08,
+                                  scale=xs))
+    layers.append(alt.Chart(u).mark_line(interpolate="step-after", opacity=0.5, clip=True).encode(
+        x=x, y=alt.Y("in_use:Q", title="slots in use"), color=alt.Color("sessionid:N", legend=None),
+        tooltip=[alt.Tooltip("t_s:Q", format=".3f"), "sessionid:N", "in_use:Q", "accepted:Q"]))
+    layers.append(alt.Chart(u).mark_line(color="#333", strokeDash=[4, 3], interpolate="step-after", clip=True).encode(
+        x=x, y="max(accepted):Q", tooltip=[alt.Tooltip("max(accepted):Q", title="slots the server accepts")]))
+    chart = alt.layer(*layers).properties(width="container", height=160)
+    return finish(chart, f"{title}: {use['sessionid'].n_unique():,} sessions", notes)
+
+
 @proof_chart(detector.NAME)
 def saturation_proof(p: Proof) -> list[tuple[object, str]]:
     params = detector_params(p.finding, detector)
@@ -117,4 +145,21 @@ def saturation_proof(p: Proof) -> list[tuple[object, str]]:
              "and median latency. Blue windows are the baseline (at or below the knee's concurrency), red ones "
              "past the knee (at least the growth factor more outstanding, completions/s still at the plateau), "
              "purple ones collapsed; the dashed rules mark the knee and the capacity. Saturation is the red "
-             "points lying flat on top and climbing below.")]
+             "points lying flat on top and climbing below.")] + _slot_panel(p, resource)
+
+
+def _slot_panel(p: Proof, resource: str) -> list[tuple[object, str]]:
+    """The NFSv4.1 slot chart when the finding is NFS and SEQUENCE rows are visible (else nothing)."""
+    try:
+        endpoint = resource.split(" ")[0]
+        server, port = endpoint.rsplit(":", 1)
+        use = slots.in_use_over_time(p.cap, server.strip("[]"), int(port))
+    except Exception:  # noqa: BLE001 - a proof never breaks the page
+        return []
+    if use.height == 0:
+        return []
+    return [(slots_chart(use, t0_ns=p.t0, window_ns=p.window, view_ns=p.view),
+             "NFSv4.1 (RFC 8881 §2.10.6.1): each line is one session's slots in use (requests outstanding on it: a "
+             "slot carries one at a time), the dashed line the slots the server accepts (its highest_slotid + 1). "
+             "Lines pinned at the dashed one are sessions whose slot tables were full: their further requests "
+             "waited in the client, unseen.")]

@@ -110,9 +110,9 @@ def break_queue_chart(breaks: pl.DataFrame, waiters: pl.DataFrame, *, t0_ns: int
         base.mark_text(align="left", dx=4, fontSize=11, clip=True).encode(x="ack_s:Q", y=y, text="label:N"),
     ]
     top = alt.layer(*top_layers).properties(width=PANEL_WIDTH, height=alt.Step(24))
-    depth = _depth(waiters, "t_ns", "end_ns", "requests waiting", hi_draw)
-    depth = pl.concat([depth, _depth(breaks.rename({"ts_ns": "t_ns", "ack_ts_ns": "end_ns"}), "t_ns", "end_ns",
-                                     "breaks unacknowledged", hi_draw)])
+    depth = open_intervals_depth(waiters, "t_ns", "end_ns", "requests waiting", hi_draw)
+    unacked = breaks.rename({"ts_ns": "t_ns", "ack_ts_ns": "end_ns"})
+    depth = pl.concat([depth, open_intervals_depth(unacked, "t_ns", "end_ns", "breaks unacknowledged", hi_draw)])
     depth = depth.with_columns(((pl.col("t_ns") - t0_ns) / 1e9).alias("t_s"))
     depth, note = thin(depth, what="queue changes")
     notes.append(note)
@@ -126,7 +126,7 @@ def break_queue_chart(breaks: pl.DataFrame, waiters: pl.DataFrame, *, t0_ns: int
     return finish(alt.vconcat(top, bottom, spacing=8).resolve_scale(x="shared", color="independent"), title, notes)
 
 
-def _depth(frame: pl.DataFrame, start: str, end: str, series: str, end_of_time: int) -> pl.DataFrame:
+def open_intervals_depth(frame: pl.DataFrame, start: str, end: str, series: str, end_of_time: int) -> pl.DataFrame:
     """Step function of how many [start, end) intervals are open (+1 at start, -1 at end)."""
     if frame.height == 0:
         return pl.DataFrame(schema={"t_ns": pl.Int64, "depth": pl.Int64, "series": pl.String})

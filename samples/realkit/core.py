@@ -19,7 +19,7 @@ from pathlib import Path
 PREFIX = "hsreal-"
 # the detectors a manifest entry names (silent, below_high)
 ALL_DETECTORS = ["herd", "retry_storm", "smb_break_queue", "tcp_stall", "toctou", "conn_churn", "replay", "saturation",
-                 "incast", "replication_conflict"]
+                 "incast", "replication_conflict", "lock_polling", "delegation_recall"]
 # detectors added after the first scenarios were written: silent on every one of them that names its
 # silent detectors one by one (checked on the recorded captures when they were added)
 ADDED_DETECTORS = ["replay", "saturation", "incast", "replication_conflict"]

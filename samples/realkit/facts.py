@@ -553,3 +553,7 @@ def tcp_incast(path) -> dict:
 FACTS["tcp-incast"] = tcp_incast
 TOLERANCE["tcp-incast"] = dict(tcp_connections=0, retransmissions=150, servers=0, client_requests=0,
                                request_rounds=0, rto_retransmissions=25, connections_with_rto=8)
+
+
+# the NFS scenarios' facts register themselves here (realkit/facts_nfs.py)
+from . import facts_nfs  # noqa: E402,F401

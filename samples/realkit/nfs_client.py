@@ -13,6 +13,14 @@ Timers modelled on the Linux client (fs/nfs/nfs4proc.c, fs/nfs/nfs4renewd.c, nfs
 - lease renewal: RENEW at 2/3 of the server's lease time (nfs4_schedule_state_renewal).
 - UDP retransmission (nfs(5)): timeo=11 (1.1 s), doubled after each retransmission, same xid,
   capped at 60 s.
+- NFS4ERR_DELAY (e.g. an OPEN that conflicts with another client's delegation while the server
+  recalls it): the call is sent again after nfs4_delay's timer (nfs4_update_delay):
+  NFS4_POLL_RETRY_MIN = HZ/10 = 100 ms, doubled after each delay, capped at NFS4_POLL_RETRY_MAX =
+  15*HZ = 15 s (checked in the kernel source).
+
+Delegations (RFC 7530 §10.4): SETCLIENTID can name a real callback address (a
+samples.realkit.nfs_callback.CallbackServer); OPEN records the delegation it grants
+(open_delegation4, §16.16.5); DELEGRETURN (§16.8) gives it back.
 """
 from __future__ import annotations
 
@@ -33,7 +41,12 @@ NFS_PROGRAM, MOUNT_PROGRAM = 100003, 100005
 OP_CLOSE, OP_GETATTR, OP_GETFH, OP_LOCK, OP_LOCKU, OP_LOOKUP = 4, 9, 10, 12, 14, 15
 OP_OPEN, OP_OPEN_CONFIRM, OP_PUTFH, OP_PUTROOTFH, OP_READ = 18, 20, 22, 24, 25
 OP_RENEW, OP_SETCLIENTID, OP_SETCLIENTID_CONFIRM, OP_WRITE = 30, 35, 36, 38
+OP_DELEGRETURN = 8
 NFS4_OK, NFS4ERR_DENIED = 0, 10010
+NFS4ERR_DELAY = 10008
+OPEN4_SHARE_ACCESS_WRITE = 2
+OPEN_DELEGATE_NONE, OPEN_DELEGATE_READ, OPEN_DELEGATE_WRITE = 0, 1, 2
+CB_PROGRAM = 0x40000000          # RFC 7530 §16.33.1 transient range; the Linux client's NFS4_CALLBACK
 WRITE_LT, WRITEW_LT = 2, 4
 OPEN4_SHARE_ACCESS_READ, OPEN4_SHARE_ACCESS_BOTH, OPEN4_SHARE_DENY_NONE = 1, 3, 0
 OPEN4_RESULT_CONFIRM = 2
@@ -46,7 +59,30 @@ LOCK_MAX_TIMEOUT_S = 30.0
 RENEW_FRACTION_OF_LEASE = 2 / 3
 UDP_TIMEO_S = 1.1
 UDP_MAX_TIMEO_S = 60.0
+DELAY_MIN_S = 0.1                # NFS4_POLL_RETRY_MIN
+DELAY_MAX_S = 15.0               # NFS4_POLL_RETRY_MAX
 
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    """N bytes from SOCK; ConnectionError when the peer closes first."""
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("peer closed the connection")
+        buf += chunk
+    return bytes(buf)
+
+
+def recv_record(sock: socket.socket) -> bytes:
+    """One RPC record from SOCK: its fragments up to the one with the last-fragment bit (RFC 5531 §11)."""
+    parts = []
+    while True:
+        mark = struct.unpack(">I", recv_exact(sock, 4))[0]
+        parts.append(recv_exact(sock, mark & 0x7FFFFFFF))
+        if mark & LAST_FRAGMENT:
+            return b"".join(parts)
 
 class NfsError(Exception):
     def __init__(self, op: int, status: int):
@@ -150,6 +186,8 @@ class OpenFile:
     stateid: bytes           # seqid(4) + other(12)
     lock_stateid: bytes | None = None
     lock_seqid: int = 0
+    delegation_type: int = OPEN_DELEGATE_NONE     # what OPEN granted (open_delegation_type4)
+    delegation_stateid: bytes | None = None
 
 
 @dataclass
@@ -182,22 +220,8 @@ class Nfs4Client:
             self.sock.close()
             self.sock = None
 
-    def _recv_exact(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError("server closed the connection")
-            buf += chunk
-        return bytes(buf)
-
     def _recv_record(self) -> bytes:
-        parts = []
-        while True:
-            mark = struct.unpack(">I", self._recv_exact(4))[0]
-            parts.append(self._recv_exact(mark & 0x7FFFFFFF))
-            if mark & LAST_FRAGMENT:
-                return b"".join(parts)
+        return recv_record(self.sock)
 
     def compound(self, ops: list[tuple[int, bytes]], tag: str = "") -> tuple[int, list[tuple[int, int, Unpacker]]]:
         """Send one COMPOUND (minor version 0) and return (status, [(op, status, unpacker)])
@@ -227,17 +251,19 @@ class Nfs4Client:
                 break
             if op != ops[len(results) - 1][0]:
                 raise RuntimeError("result order")
-            _skip_result(op, u)
+            skip_result(op, u)
         self.log.append(dict(t_send=t_send, t_reply=time.time(), xid=xid, ops=[o for o, _ in ops],
                              status=status))
         return status, results
 
     # -- client id (RFC 7530 §16.33, §16.34)
-    def setclientid(self) -> None:
+    def setclientid(self, cb_r_addr: str | None = None, cb_program: int = CB_PROGRAM, cb_ident: int = 1) -> None:
+        """CB_R_ADDR: the universal address of our callback server (RFC 7530 §16.33 cb_location, netid
+        "tcp"); None names port 989 of our address, where nothing listens (no callback path)."""
         verifier = os.urandom(8)
         owner = f"herdscope-{self.name}-{os.getpid()}".encode()
-        cb = (Packer().fixed(verifier).opaque(owner).u32(0x40000000).string("tcp")
-              .string(f"{self.src_addr}.3.221").u32(1).bytes())
+        cb = (Packer().fixed(verifier).opaque(owner).u32(cb_program).string("tcp")
+              .string(cb_r_addr or f"{self.src_addr}.3.221").u32(cb_ident).bytes())
         _, res = self._must(self.compound([(OP_SETCLIENTID, cb)], "setclientid"))
         u = res[0][2]
         self.clientid = struct.unpack_from(">Q", u.data, u._res_pos)[0]
@@ -245,7 +271,7 @@ class Nfs4Client:
         self._must(self.compound([(OP_SETCLIENTID_CONFIRM, Packer().u64(self.clientid).fixed(confirm).bytes())],
                                  "setclientid_confirm"))
         # the lease time (attribute 10, lease_time) from the root's GETATTR
-        _, res = self._must(self.compound([(OP_PUTROOTFH, b""), (OP_GETATTR, _bitmap([10]))], "lease"))
+        _, res = self._must(self.compound([(OP_PUTROOTFH, b""), (OP_GETATTR, bitmap([10]))], "lease"))
         u = res[1][2]
         words = struct.unpack_from(">I", u.data, u._res_pos)[0]
         self.lease_s = float(struct.unpack_from(">I", u.data, u._res_pos + 4 + 4 * words + 4)[0])
@@ -279,9 +305,9 @@ class Nfs4Client:
     def lookup(self, path: str) -> bytes:
         """PUTROOTFH, LOOKUP per component, GETFH, GETATTR: the handle of PATH."""
         _, res = self._must(self.compound([(OP_PUTROOTFH, b"")] + self._lookups(path)
-                                          + [(OP_GETFH, b""), (OP_GETATTR, _bitmap([1, 4]))], "lookup"))
+                                          + [(OP_GETFH, b""), (OP_GETATTR, bitmap([1, 4]))], "lookup"))
         u = [r for r in res if r[0] == OP_GETFH][0][2]
-        return _opaque_at(u.data, u._res_pos)
+        return opaque_at(u.data, u._res_pos)
 
     # -- open / close (RFC 7530 §16.16, §16.18, §16.2)
     def open(self, path: str, access: int = OPEN4_SHARE_ACCESS_BOTH) -> OpenFile:
@@ -298,8 +324,9 @@ class Nfs4Client:
         p = u._res_pos
         stateid = u.data[p:p + 16]
         rflags = struct.unpack_from(">I", u.data, p + 16 + 4 + 16)[0]
+        deleg_type, deleg_stateid = _open_delegation(u.data, p)
         fu = [r for r in res if r[0] == OP_GETFH][0][2]
-        fh = _opaque_at(fu.data, fu._res_pos)
+        fh = opaque_at(fu.data, fu._res_pos)
         if rflags & OPEN4_RESULT_CONFIRM:
             _, cres = self._must(self.compound([(OP_PUTFH, Packer().opaque(fh).bytes()),
                                                 (OP_OPEN_CONFIRM, Packer().fixed(stateid).u32(self.open_seqid).bytes())],
@@ -307,7 +334,35 @@ class Nfs4Client:
             self.open_seqid += 1
             cu = cres[1][2]
             stateid = cu.data[cu._res_pos:cu._res_pos + 16]
-        return OpenFile(path, fh, stateid)
+        return OpenFile(path, fh, stateid, delegation_type=deleg_type, delegation_stateid=deleg_stateid)
+
+    def open_retrying_delay(self, path: str, access: int, attempts: list[dict], give_up_s: float = 60.0) -> OpenFile:
+        """OPEN, sent again while the server answers NFS4ERR_DELAY, on the Linux client's nfs4_delay
+        timer (DELAY_MIN_S doubled up to DELAY_MAX_S). Appends each attempt (client, t_send, t_reply,
+        status, wait_before_next_s) to ATTEMPTS."""
+        wait_s = DELAY_MIN_S
+        t_end = time.time() + give_up_s
+        while True:
+            t = time.time()
+            try:
+                f = self.open(path, access)
+            except NfsError as e:
+                attempts.append(dict(client=self.src_addr, t_send=t, t_reply=time.time(), status=e.status,
+                                     wait_before_next_s=wait_s if e.status == NFS4ERR_DELAY else 0.0))
+                if e.status != NFS4ERR_DELAY or time.time() + wait_s > t_end:
+                    raise
+                time.sleep(wait_s)
+                wait_s = min(DELAY_MAX_S, wait_s * 2)
+                continue
+            attempts.append(dict(client=self.src_addr, t_send=t, t_reply=time.time(), status=NFS4_OK,
+                                 wait_before_next_s=0.0))
+            return f
+
+    def delegreturn(self, fh: bytes, deleg_stateid: bytes) -> int:
+        """PUTFH + DELEGRETURN (RFC 7530 §16.8); returns the COMPOUND's status."""
+        st, _ = self.compound([(OP_PUTFH, Packer().opaque(fh).bytes()),
+                               (OP_DELEGRETURN, Packer().fixed(deleg_stateid).bytes())], "delegreturn")
+        return st
 
     def close_file(self, f: OpenFile) -> None:
         st, res = self.compound([(OP_PUTFH, Packer().opaque(f.fh).bytes()),
@@ -319,7 +374,7 @@ class Nfs4Client:
         _, res = self._must(self.compound([(OP_PUTFH, Packer().opaque(f.fh).bytes()),
                                            (OP_READ, Packer().fixed(f.stateid).u64(offset).u32(count).bytes())], "read"))
         u = res[1][2]
-        return _opaque_at(u.data, u._res_pos + 4)
+        return opaque_at(u.data, u._res_pos + 4)
 
     def write(self, f: OpenFile, offset: int, data: bytes) -> None:
         self._must(self.compound([(OP_PUTFH, Packer().opaque(f.fh).bytes()),
@@ -377,7 +432,8 @@ class Nfs4Client:
                 wait_s = min(LOCK_MAX_TIMEOUT_S, wait_s * 2)
 
 
-def _bitmap(bits: list[int]) -> bytes:
+def bitmap(bits: list[int]) -> bytes:
+    """An XDR bitmap4 (RFC 7530 §3.2) with these bit numbers set: its word count, then the words."""
     words = [0] * (max(bits) // 32 + 1)
     for b in bits:
         words[b // 32] |= 1 << (b % 32)
@@ -387,15 +443,48 @@ def _bitmap(bits: list[int]) -> bytes:
     return p.bytes()
 
 
-def _opaque_at(data: bytes, pos: int) -> bytes:
+def _skip_delegation(u: Unpacker) -> int:
+    """Move past an open_delegation4 (RFC 7530 §16.16.5): none, read (stateid, recall, nfsace4) or write
+    (stateid, recall, nfs_space_limit4, nfsace4); returns its type."""
+    kind = u.u32()
+    if kind in (OPEN_DELEGATE_READ, OPEN_DELEGATE_WRITE):
+        u.fixed(16)
+        u.u32()                       # recall
+        if kind == OPEN_DELEGATE_WRITE:
+            if u.u32() == 1:          # NFS_LIMIT_SIZE: filesize
+                u.u64()
+            else:                     # NFS_LIMIT_BLOCKS: num_blocks, bytes_per_block
+                u.u32(); u.u32()
+        u.u32(); u.u32(); u.u32()     # nfsace4 type, flag, access_mask
+        u.opaque()                    # who
+    elif kind != OPEN_DELEGATE_NONE:
+        raise RuntimeError(f"OPEN delegation type {kind} not handled")
+    return kind
+
+
+def _open_delegation(data: bytes, res_pos: int) -> tuple[int, bytes | None]:
+    """(delegation type, delegation stateid or None) of the OPEN4resok starting at RES_POS."""
+    u = Unpacker(data, res_pos)
+    u.fixed(16)
+    u.u32(); u.u64(); u.u64()
+    u.u32()
+    for _ in range(u.u32()):
+        u.u32()
+    at = u.pos
+    kind = _skip_delegation(u)
+    return kind, (data[at + 4:at + 20] if kind != OPEN_DELEGATE_NONE else None)
+
+
+def opaque_at(data: bytes, pos: int) -> bytes:
+    """The XDR variable-length opaque at POS of DATA (a 4-byte length, then the bytes; RFC 4506 §4.10)."""
     n = struct.unpack_from(">I", data, pos)[0]
     return data[pos + 4:pos + 4 + n]
 
 
-def _skip_result(op: int, u: Unpacker) -> None:
+def skip_result(op: int, u: Unpacker) -> None:
     """Remember where OP's result body starts (u._res_pos) and move past it (RFC 7530 §16)."""
     u._res_pos = u.pos
-    if op in (OP_PUTROOTFH, OP_PUTFH, OP_LOOKUP, OP_RENEW, OP_SETCLIENTID_CONFIRM):
+    if op in (OP_PUTROOTFH, OP_PUTFH, OP_LOOKUP, OP_RENEW, OP_SETCLIENTID_CONFIRM, OP_DELEGRETURN):
         return
     if op == OP_GETFH:
         u.opaque()
@@ -409,8 +498,7 @@ def _skip_result(op: int, u: Unpacker) -> None:
         u.u32()                       # rflags
         for _ in range(u.u32()):      # attrset
             u.u32()
-        if u.u32() != 0:              # delegation type: VFS grants none
-            raise RuntimeError("OPEN granted a delegation: not handled")
+        _skip_delegation(u)
     elif op in (OP_OPEN_CONFIRM, OP_CLOSE, OP_LOCK, OP_LOCKU):
         u.fixed(16)
     elif op == OP_READ:
