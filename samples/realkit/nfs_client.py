@@ -238,20 +238,7 @@ class Nfs4Client:
             self.last_renewal = t_send    # every v4.0 call with our client id renews the lease
         if rxid != xid:
             raise RuntimeError(f"xid mismatch {rxid:#x} != {xid:#x}")
-        status = u.u32()
-        u.opaque()     # tag
-        n = u.u32()
-        results = []
-        for _ in range(n):
-            op, st = u.u32(), u.u32()
-            mine = Unpacker(u.data, u.pos)   # this result's own view (u moves on)
-            mine._res_pos = u.pos
-            results.append((op, st, mine))
-            if st != NFS4_OK:
-                break
-            if op != ops[len(results) - 1][0]:
-                raise RuntimeError("result order")
-            skip_result(op, u)
+        status, results = compound_results(u, ops)
         self.log.append(dict(t_send=t_send, t_reply=time.time(), xid=xid, ops=[o for o, _ in ops],
                              status=status))
         return status, results
@@ -479,6 +466,27 @@ def opaque_at(data: bytes, pos: int) -> bytes:
     """The XDR variable-length opaque at POS of DATA (a 4-byte length, then the bytes; RFC 4506 §4.10)."""
     n = struct.unpack_from(">I", data, pos)[0]
     return data[pos + 4:pos + 4 + n]
+
+
+def compound_results(u: Unpacker, ops: list[tuple[int, bytes]], skip=None) -> tuple[int, list]:
+    """COMPOUND4res (RFC 7530 §16.2.2): (status, [(op, status, its own Unpacker at the result body)]) for
+    the results up to the first failing one, each checked against the operation asked; SKIP(op, u) moves
+    past a result body (default :func:`skip_result`)."""
+    skip = skip or skip_result
+    status = u.u32()
+    u.opaque()     # tag
+    results = []
+    for _ in range(u.u32()):
+        op, st = u.u32(), u.u32()
+        mine = Unpacker(u.data, u.pos)   # this result's own view (u moves on)
+        mine._res_pos = u.pos
+        results.append((op, st, mine))
+        if st != NFS4_OK:
+            break
+        if op != ops[len(results) - 1][0]:
+            raise RuntimeError("result order")
+        skip(op, u)
+    return status, results
 
 
 def skip_result(op: int, u: Unpacker) -> None:

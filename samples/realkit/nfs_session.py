@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 from .nfs_client import (LAST_FRAGMENT, NFS4_OK, NFS_PROGRAM, OP_GETATTR, OP_GETFH, OP_LOOKUP, OP_PUTFH,
                          OP_PUTROOTFH, OP_READ, NfsError, Packer, Unpacker, bitmap, opaque_at, skip_result,
-                         auth_sys, next_xid, parse_reply, recv_record, rpc_call_header)
+                         auth_sys, compound_results, next_xid, parse_reply, recv_record, rpc_call_header)
 
 # RFC 8881 §18 operation numbers
 OP_EXCHANGE_ID, OP_CREATE_SESSION, OP_DESTROY_SESSION = 42, 43, 44
@@ -198,24 +198,10 @@ class Nfs41Session:
             xid, t_send, t_reply, data = self._call(body.bytes())
             answered = True
             _, u = parse_reply(data)
-            status = u.u32()
-            u.opaque()     # tag
-            n = u.u32()
-            results = []
-            for _ in range(n):
-                op, st = u.u32(), u.u32()
-                mine = Unpacker(u.data, u.pos)
-                mine._res_pos = u.pos
-                results.append((op, st, mine))
-                if st != NFS4_OK:
-                    break
-                if op != ops[len(results) - 1][0]:
-                    raise RuntimeError("result order")
-                _skip41(op, u)
-                if op == OP_SEQUENCE:
-                    seq_ok = True
-                    p = mine._res_pos
-                    sr_highest, sr_target = struct.unpack_from(">II", data, p + 16 + 8)
+            status, results = compound_results(u, ops, _skip41)
+            if results and results[0][0] == OP_SEQUENCE and results[0][1] == NFS4_OK:
+                seq_ok = True
+                sr_highest, sr_target = struct.unpack_from(">II", data, results[0][2]._res_pos + 16 + 8)
         finally:
             if sequence:   # no reply at all (connection lost): assume the server took it
                 self.slots.release(slot, sr_highest, sr_target, consumed=seq_ok or not answered)
