@@ -285,8 +285,8 @@ def _episodes(req: pl.DataFrame, params: Params, t_first: int, t_last: int) -> p
 # -- the report ------------------------------------------------------------------------------------
 
 def _server_stats(req: pl.DataFrame, eps: pl.DataFrame, params: Params) -> pl.DataFrame:
-    """Per episode: the server's (same protocol) p99 latency and failure share during (from its first
-    arrival to its last request, ``busy_end_ns``) and before.
+    """Per episode: the server's (same protocol; set-up requests apart from the others) p99 latency and
+    failure share during (from its first arrival to its last request, ``busy_end_ns``) and before.
 
     "Before" is the ``lookback_ns`` before the first of the server's herds that overlap this one
     (a run of herds that overlap in time, such as the AS and then the TGS requests of the same
@@ -303,13 +303,19 @@ def _server_stats(req: pl.DataFrame, eps: pl.DataFrame, params: Params) -> pl.Da
             .select("seg", pl.col("start_ns").min().over("_run").alias("_run_start")))
     # "during": from the herd's first arrival to its last request (its arrivals' repeats included)
     busy = pl.max_horizontal("end_ns", "busy_end_ns") if "busy_end_ns" in eps.columns else pl.col("end_ns")
-    e = (eps.select("seg", "protocol", "server", "start_ns", busy.alias("_during_end")).join(runs, on="seg", how="left")
+    # a herd of work requests is measured against the server's work requests, a herd of set-up requests
+    # (a mount storm: SETCLIENTID, EXCHANGE_ID ...) against its set-up requests: a set-up operation's own
+    # latency (a state write) is not the work's (protocols that declare set-up operations, herd_files.py)
+    setup = pl.col("is_setup").fill_null(False) if "is_setup" in eps.columns else pl.lit(False)
+    e = (eps.select("seg", "protocol", "server", "start_ns", busy.alias("_during_end"), setup.alias("_setup"))
+         .join(runs, on="seg", how="left")
          .with_columns(pl.coalesce("_run_start", "start_ns").alias("_before_end")))
-    srv = req.select("protocol", "server", "request_ts_ns", "latency_ns", "answered", "failed", "in_herd")
-    by_srv = {k: g.sort("request_ts_ns") for k, g in srv.group_by(["protocol", "server"])}
+    srv = req.select("protocol", "server", "request_ts_ns", "latency_ns", "answered", "failed", "in_herd",
+                     pl.col("setup_row").fill_null(False).alias("_setup"))
+    by_srv = {k: g.sort("request_ts_ns") for k, g in srv.group_by(["protocol", "server", "_setup"])}
     parts = []
-    for (proto, server), ge in e.group_by(["protocol", "server"]):
-        g = by_srv.get((proto, server))
+    for (proto, server, is_setup), ge in e.group_by(["protocol", "server", "_setup"]):
+        g = by_srv.get((proto, server, is_setup))
         if g is None:
             continue
         cols = {"seg": ge["seg"].to_numpy()}
