@@ -64,6 +64,15 @@ DELAY_MAX_S = 15.0               # NFS4_POLL_RETRY_MAX
 
 
 
+def rpc_connection(src_addr: str, server: str, port: int) -> socket.socket:
+    """A TCP connection from SRC_ADDR to the server's PORT, Nagle off (a client's calls go out at once)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s.bind((src_addr, 0))
+    s.connect((server, port))
+    return s
+
+
 def recv_exact(sock: socket.socket, n: int) -> bytes:
     """N bytes from SOCK; ConnectionError when the peer closes first."""
     buf = bytearray()
@@ -207,12 +216,19 @@ class Nfs4Client:
         self._io = threading.Lock()
         self._stop_renew = threading.Event()
         self.last_renewal = time.time()
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        s.bind((self.src_addr, 0))
-        s.connect((self.server, self.port))
-        self.sock = s
+        self.sock = rpc_connection(self.src_addr, self.server, self.port)
         self.cred = auth_sys(self.name)
+
+    @classmethod
+    def started(cls, server: str, src_addr: str, name: str, renew: bool = True) -> "Nfs4Client":
+        """A client connected, with its client id confirmed (SETCLIENTID without a callback) and, with
+        RENEW, its lease renewed in the background: how every scenario's plain client starts."""
+        c = cls(server, src_addr, name)
+        c.connect()
+        c.setclientid()
+        if renew:
+            c.start_renewer()
+        return c
 
     def close(self) -> None:
         self._stop_renew.set()

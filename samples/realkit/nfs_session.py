@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 
 from .nfs_client import (LAST_FRAGMENT, NFS4_OK, NFS_PROGRAM, OP_GETATTR, OP_GETFH, OP_LOOKUP, OP_PUTFH,
                          OP_PUTROOTFH, OP_READ, NfsError, Packer, Unpacker, bitmap, opaque_at, skip_result,
-                         auth_sys, compound_results, next_xid, parse_reply, recv_record, rpc_call_header)
+                         auth_sys, compound_results, next_xid, parse_reply, recv_record, rpc_call_header,
+                         rpc_connection)
 
 # RFC 8881 §18 operation numbers
 OP_EXCHANGE_ID, OP_CREATE_SESSION, OP_DESTROY_SESSION = 42, 43, 44
@@ -134,11 +135,7 @@ class Nfs41Session:
 
     # -- transport: one reader thread, callers waiting per xid
     def connect(self) -> None:
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        s.bind((self.src_addr, 0))
-        s.connect((self.server, self.port))
-        self.sock = s
+        self.sock = rpc_connection(self.src_addr, self.server, self.port)
         self.cred = auth_sys(self.name)
         self._reader = threading.Thread(target=self._read_loop, daemon=True, name=f"rd-{self.name}")
         self._reader.start()

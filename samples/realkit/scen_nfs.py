@@ -119,10 +119,7 @@ def run_herd(lab: Lab, out: Path, healthy: bool, n_clients: int = 16, spread_s: 
     clients = []
     with lan:
         for i in range(n_clients):
-            c = Nfs4Client(SERVER, client_addr(i), f"rank{i}")
-            c.connect()
-            c.setclientid()
-            clients.append(c)
+            clients.append(Nfs4Client.started(SERVER, client_addr(i), f"rank{i}", renew=False))
             time.sleep(setup_gap_s)
     t_setup_done = time.time()
     time.sleep(1.5)
@@ -186,10 +183,7 @@ def run_locks(lab: Lab, out: Path, variant: str, n_clients: int = 4, hold_s: flo
     clients, files = [], []
     with lan:
         for i in range(n_clients):
-            c = Nfs4Client(SERVER, client_addr(i), f"worker{i}")
-            c.connect()
-            c.setclientid()
-            c.start_renewer()
+            c = Nfs4Client.started(SERVER, client_addr(i), f"worker{i}")
             clients.append(c)
             files.append(c.open(path))
     time.sleep(0.5)

@@ -115,11 +115,7 @@ def _drive(lab: Lab, out: Path, fname: str, healthy: bool, srv, lan) -> dict:
         holder.read(f, 0, 4096)
         writers = []
         for i in range(N_WRITERS):
-            w = Nfs4Client(SERVER, writer_addr(i), f"writer{i}")
-            w.connect()
-            w.setclientid()
-            w.start_renewer()
-            writers.append(w)
+            writers.append(Nfs4Client.started(SERVER, writer_addr(i), f"writer{i}"))
     log(f"holder has a {DELEG_NAMES[f.delegation_type]} delegation on {path}; callback on {cb.r_addr}")
     time.sleep(1.0)
     attempts: list[list[dict]] = [[] for _ in range(N_WRITERS)]
