@@ -58,7 +58,7 @@ PROTOCOL = Protocol(
     resends="analyzer.decoders.nfs_resends:resends", resends_frame="nfs_messages", resends_count="retransmissions",
     # a lock held by another owner: ask again later (RFC 7530 §16.10.4, RFC 8881 §18.10.4; NLM4 LOCK with
     # block false): lock polling (detectors/lock_polling.py), not a failure
-    poll_answers=(("LOCK", "NFS4ERR_DENIED"), ("NLM LOCK", "NLM4_DENIED")),
+    poll_answers=(("LOCK", "NFS4ERR_DENIED"), ("NLM LOCK", "NLM4_DENIED"), ("NLM LOCK_MSG", "NLM4_DENIED")),
     # nfs(5) timeo; include/uapi/linux/nfs_fs.h NFS_DEF_UDP_TIMEO 11, NFS_DEF_TCP_TIMEO 600 (deciseconds)
     retry_timers={"udp": (1_100_000_000, "Linux's default timeo for UDP mounts, nfs(5)"),
                   "tcp": (60_000_000_000, "Linux's default timeo for TCP mounts, nfs(5)")},
