@@ -330,8 +330,8 @@ def _authenticator_findings(capture, ap: pl.DataFrame, p: Params, tick: float) -
         (pl.col("outcome") == "accepted").sum().alias("accepted"),
         (pl.col("outcome") == "unanswered").sum().alias("unanswered"),
         (pl.col("status") == "KRB_AP_ERR_REPEAT").sum().alias("krb_errors"),
-        pl.col("status").filter(pl.col("outcome") == "rejected").drop_nulls().mode().first().alias("reject_status"),
-        pl.col("status").filter(pl.col("outcome") == "accepted").drop_nulls().mode().first().alias("accept_status"),
+        pl.col("status").filter(pl.col("outcome") == "rejected").drop_nulls().mode().sort().first().alias("reject_status"),
+        pl.col("status").filter(pl.col("outcome") == "accepted").drop_nulls().mode().sort().first().alias("accept_status"),
         pl.col("orig_status").drop_nulls().first(), pl.col("carrier").unique().sort().alias("carriers"),
         pl.concat_list("orig_frame", "orig_resp", "frame", "resp_frame").explode().drop_nulls().alias("frames"),
     ).sort("dst", "sname", "realm", "start_ns")
@@ -457,7 +457,7 @@ def _kdc_findings(capture, p: Params, tick: float) -> tuple[list[dict], pl.DataF
         pl.col("first_src").unique().sort().alias("orig_srcs"), pl.col("foreign").sum().alias("foreign"),
         pl.col("lookaside").sum().alias("lookaside"), pl.col("resp_frame").is_not_null().sum().alias("answered"),
         pl.col("request_digest").filter(pl.col("orig_unanswered")).n_unique().alias("orig_unanswered"),
-        pl.col("status").drop_nulls().mode().first().alias("status"), pl.col("cname").drop_nulls().first(),
+        pl.col("status").drop_nulls().mode().sort().first().alias("status"), pl.col("cname").drop_nulls().first(),
         pl.col("transport").unique().sort().alias("transports"),
         pl.concat_list("orig_frame", "orig_resp", "frame", "resp_frame").explode().drop_nulls().alias("frames"),
     ).sort(*by, "start_ns", nulls_last=True)
