@@ -17,8 +17,9 @@ from .errors import UnreadableCapture
 from .formats import PCAP_FILE_HEADER_LEN, FileFormat, detect, why_not
 from .kernels import records as rk
 from .kernels.details import ICMP_ERROR_TYPES, ICMPV6_ERROR_TYPES, icmp_quotes, sack_blocks
-from .kernels.headers import LINKTYPE_NOT_PACKET, allocate_headers, decode_headers
+from .kernels.headers import allocate_headers
 from .kernels.intern import AddressTable
+from .kernels.reading import STOP_TABLE_FULL, read_pcap, read_pcapng
 from .resolution import effective_resolution
 from .schema import (ICMP_ERROR_COLUMNS, INTERFACE_COLUMNS, PACKET_COLUMNS, PARSE_STATUS_NAMES,
                      TCP_SACK_COLUMNS, ParseStatus, Present, empty_frame)
@@ -171,11 +172,9 @@ class PacketTables:
     section_info: dict[str, str]
 
 
-def _chunk_frames(data: CaptureBytes, recs, n, first_frame, linktype_of, addresses: AddressTable):
+def _chunk_frames(data: CaptureBytes, recs, hdr, src_ids, dst_ids, n, first_frame, addresses: AddressTable):
+    """The packets, SACK-block and ICMP-error frames of one chunk of walked and decoded records."""
     buf = data.buf
-    hdr = allocate_headers(n)
-    decode_headers(buf, recs, n, linktype_of, hdr)
-    src_ids, dst_ids = addresses.intern_both(hdr.src_hi, hdr.src_lo, hdr.dst_hi, hdr.dst_lo, hdr.family, n)
     frame_no = np.arange(first_frame, first_frame + n, dtype=np.uint32)
     arrays = {name: getattr(hdr, name) for name in hdr._fields}
     arrays.update(frame=frame_no, ts_ns=recs.ts_ns[:n], iface=recs.iface[:n], caplen=recs.caplen[:n],
@@ -184,13 +183,15 @@ def _chunk_frames(data: CaptureBytes, recs, n, first_frame, linktype_of, address
     # Addresses stay integer ids here; they become an Enum once every chunk is read.
     packets = columns.frame(PACKET_COLUMNS, arrays, present)
 
-    record_end = recs.data_off[:n] + recs.caplen[:n].astype(np.int64)
+    def record_end(rows):  # the end of the rows' captured bytes in the file
+        return recs.data_off[rows] + recs.caplen[rows].astype(np.int64)
+
     with_sack = np.flatnonzero(hdr.sack_blocks > 0)
     n_sack = int(hdr.sack_blocks[with_sack].sum())
     sack = {c.name: np.empty(n_sack, c.dtype) for c in TCP_SACK_COLUMNS}
     if n_sack:
         hdr_start = hdr.payload_offset[with_sack] - hdr.l4_hdr_len[with_sack].astype(np.int64)
-        hdr_end = np.minimum(hdr.payload_offset[with_sack], record_end[with_sack])
+        hdr_end = np.minimum(hdr.payload_offset[with_sack], record_end(with_sack))
         written = sack_blocks(buf, hdr_start, hdr_end, frame_no[with_sack], sack["frame"], sack["block"],
                               sack["left"], sack["right"])
         sack = {k: v[:written] for k, v in sack.items()}
@@ -205,7 +206,7 @@ def _chunk_frames(data: CaptureBytes, recs, n, first_frame, linktype_of, address
     q = {"inner_proto": np.zeros(m, np.uint8), "inner_sport": np.zeros(m, np.uint16),
          "inner_dport": np.zeros(m, np.uint16)}
     if m:
-        icmp_quotes(buf, hdr.payload_offset[err], record_end[err], q_hi, q_lo, q_fam,
+        icmp_quotes(buf, hdr.payload_offset[err], record_end(err), q_hi, q_lo, q_fam,
                     q["inner_proto"], q["inner_sport"], q["inner_dport"])
     q_ids = addresses.intern(q_hi, q_lo, q_fam, 2 * m)
     q.update(frame=frame_no[err], icmp_type=hdr.icmp_type[err], icmp_code=hdr.icmp_code[err],
@@ -271,6 +272,12 @@ def _stop_reason(fmt: FileFormat, buf, off: int, stop: int, big_endian: bool) ->
     return rk.STOP_MESSAGES[stop]
 
 
+def _filled(arrays, n: int, capacity: int) -> list[np.ndarray]:
+    """The first ``n`` rows of each array. The frame's columns are views of them: a chunk filled less
+    than half is copied, so its whole allocation is not kept alive."""
+    return [a[:n].copy() if n < capacity // 2 else a[:n] for a in arrays]
+
+
 def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: bool | None = None,
                 data: CaptureBytes | None = None) -> tuple[CaptureBytes, PacketTables]:
     """Read every record of ``path``. Raises :class:`UnreadableCapture` when the file is not a capture
@@ -303,19 +310,23 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
     bar = _Progress(size, "reading", progress)
     try:
         while True:
-            recs = rk.allocate_records(capacity)
-            if fmt.kind == "pcap":
-                n, off, stop = rk.walk_pcap(buf, off, fmt.big_endian, fmt.nanosecond, fmt.record_header_len,
-                                            fmt.snaplen, recs, state, counts)
-                linktype_of = np.full(n, fmt.linktype, np.int32)
-            else:
-                n, off, stop = rk.walk_pcapng(buf, off, recs, ifaces, state, counts)
-                linktype_of = ifaces.linktype[recs.iface[:n]]
-                linktype_of[recs.kind[:n] != rk.KIND_PACKET] = LINKTYPE_NOT_PACKET
+            recs, hdr = rk.allocate_records(capacity), allocate_headers(capacity)
+            ids = (np.empty(capacity, np.uint32), np.empty(capacity, np.uint32))  # src, dst
+            n = 0
+            while True:
+                if fmt.kind == "pcap":
+                    n, off, stop = read_pcap(buf, off, fmt.big_endian, fmt.nanosecond, fmt.record_header_len,
+                                             fmt.snaplen, fmt.linktype, recs, hdr, n, addresses.arrays(), *ids,
+                                             state, counts)
+                else:
+                    n, off, stop = read_pcapng(buf, off, recs, hdr, n, addresses.arrays(), *ids, ifaces, state,
+                                               counts)
+                if stop != STOP_TABLE_FULL:
+                    break
+                addresses.grow()
             if n:
-                if n < capacity // 2:  # don't keep a mostly empty chunk's allocation alive
-                    recs = rk.RecordColumns(*(a[:n].copy() for a in recs))
-                pieces.append(_chunk_frames(data, recs, n, next_frame, linktype_of, addresses))
+                recs, hdr = type(recs)(*_filled(recs, n, capacity)), type(hdr)(*_filled(hdr, n, capacity))
+                pieces.append(_chunk_frames(data, recs, hdr, *_filled(ids, n, capacity), n, next_frame, addresses))
                 next_frame += n
             bar.update(off)
             if stop != rk.STOP_FULL:

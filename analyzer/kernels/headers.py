@@ -15,7 +15,7 @@ snapshot length cut is reported in ``parse_status``.
 from collections import namedtuple
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from .. import linktypes as lt
 from ..schema import PACKET_COLUMNS, ParseStatus, Present
@@ -23,11 +23,15 @@ from .wire import next_tcp_option, u16be, u16le, u32be, u32le
 
 # Columns the walker already produced (records.RecordColumns) or Python derives; not filled here.
 _FROM_RECORDS = ("frame", "ts_ns", "iface", "caplen", "wirelen", "src", "dst")
-# Addresses leave the kernel as 128-bit values (two uint64 halves) plus a family; interned later.
-_ADDRESS_SCRATCH = ("src_hi", "src_lo", "dst_hi", "dst_lo", "family", "present")
+# Addresses leave the kernel as 128-bit values (two uint64 halves) plus a family, into a scratch the size
+# of a batch of records, and are interned batch by batch (kernels/reading.py).
+ADDRESS_FIELDS = ("src_hi", "src_lo", "dst_hi", "dst_lo", "family")
 
-HEADER_FIELDS = tuple(c.name for c in PACKET_COLUMNS if c.name not in _FROM_RECORDS) + _ADDRESS_SCRATCH
+# the field vector: the packet columns decoded here, the address scratch and the present bits
+FIELD_NAMES = tuple(c.name for c in PACKET_COLUMNS if c.name not in _FROM_RECORDS) + ADDRESS_FIELDS + ("present",)
+HEADER_FIELDS = tuple(name for name in FIELD_NAMES if name not in ADDRESS_FIELDS)
 HeaderColumns = namedtuple("HeaderColumns", HEADER_FIELDS)
+AddressScratch = namedtuple("AddressScratch", ADDRESS_FIELDS)
 
 _SCRATCH_DTYPES = {"src_hi": np.uint64, "src_lo": np.uint64, "dst_hi": np.uint64, "dst_lo": np.uint64,
                    "family": np.uint8, "present": np.uint16}
@@ -35,21 +39,21 @@ _DTYPES = {c.name: c.dtype for c in PACKET_COLUMNS} | _SCRATCH_DTYPES
 
 
 def allocate_headers(capacity: int) -> HeaderColumns:
-    """Uninitialised: decode_headers writes every field of every record it decodes."""
+    """Uninitialised: decode_block writes every field of every record it decodes."""
     return HeaderColumns(*(np.empty(capacity, _DTYPES[name]) for name in HEADER_FIELDS))
 
 
 # The helpers below fill one packet's fields into an int64 vector indexed by these constants, and the
 # loop stores the vector into the columns. (Handing the tuple of ~30 arrays to each helper instead
 # costs an atomic incref/decref per array per call: 0.5 µs a packet; and the loop is compiled without
-# reference counting altogether, see _decode_block.)
+# reference counting altogether, see decode_block.)
 (F_PARSE_STATUS, F_VLAN, F_ETHERTYPE, F_IP_PROTO, F_TTL, F_DSCP, F_ECN, F_IP_ID, F_FRAG_OFFSET, F_IP_FLAGS,
  F_SPORT, F_DPORT, F_TCP_FLAGS, F_SEQ, F_ACK, F_WINDOW, F_MSS, F_WSCALE, F_SACK_PERM, F_SACK_BLOCKS, F_TS_VAL,
  F_TS_ECR, F_ICMP_TYPE, F_ICMP_CODE, F_L4_HDR_LEN, F_PAYLOAD_OFFSET, F_PAYLOAD_LEN, F_PAYLOAD_CAPLEN,
  F_SRC_HI, F_SRC_LO, F_DST_HI, F_DST_LO, F_FAMILY, F_PRESENT) = range(34)
 N_FIELDS = 34
-assert all(HEADER_FIELDS[value] == name[2:].lower() for name, value in dict(globals()).items()
-           if name.startswith("F_")) and len(HEADER_FIELDS) == N_FIELDS, \
+assert all(FIELD_NAMES[value] == name[2:].lower() for name, value in dict(globals()).items()
+           if name.startswith("F_")) and len(FIELD_NAMES) == N_FIELDS, \
     "field constants out of step with the packet schema"
 
 
@@ -460,25 +464,13 @@ def _link_layer(buf, pos, end, linktype, f):
     return -1, ethertype, pos, end, present
 
 
-DECODE_BLOCK = 4096  # records per parallel work item
-
-
-@njit(cache=True, parallel=True)
-def decode_headers(buf, records, n, linktype_of, out):
-    """Decode records ``0..n-1``; ``linktype_of[i]`` is record i's link type. Records are independent,
-    so blocks of them are decoded on all cores. (The parallel loop only calls the sequential block
-    decoder: Numba's parfor transforms mishandle the large inlined body.)"""
-    n_blocks = (n + DECODE_BLOCK - 1) // DECODE_BLOCK
-    fields = np.zeros((n_blocks, N_FIELDS), np.int64)  # one field vector per block (thread-safe)
-    for b in prange(n_blocks):
-        _decode_block(buf, records, b * DECODE_BLOCK, min(n, (b + 1) * DECODE_BLOCK), linktype_of, out, fields[b])
-
-
 @njit(cache=True, _nrt=False)
-def _decode_block(buf, records, lo, hi, linktype_of, out, f):
-    """Records lo..hi-1, one after the other, using the field vector ``f``. Compiled without reference
-    counting (it allocates nothing): the inlined helpers would otherwise incref/decref ``buf`` and ``f``
-    per call, atomically, on cache lines both threads share (164 -> 48 ns a packet)."""
+def decode_block(buf, records, lo, hi, linktype_of, out, addresses, f):
+    """Decode records lo..hi-1 (``linktype_of[i]`` is record i's link type), one after the other, using
+    the field vector ``f``; record i's addresses go to row i - lo of ``addresses``. The reader calls it
+    on each batch of records just walked, while their bytes are still in cache (kernels/reading.py).
+    Compiled without reference counting (it allocates nothing): the inlined helpers would otherwise
+    incref/decref ``buf`` and ``f`` per call."""
     for i in range(lo, hi):
         linktype = linktype_of[i]
         f[:] = 0
@@ -532,9 +524,9 @@ def _decode_block(buf, records, lo, hi, linktype_of, out, f):
         out.payload_offset[i] = f[F_PAYLOAD_OFFSET]
         out.payload_len[i] = f[F_PAYLOAD_LEN]
         out.payload_caplen[i] = f[F_PAYLOAD_CAPLEN]
-        out.src_hi[i] = np.uint64(f[F_SRC_HI])
-        out.src_lo[i] = np.uint64(f[F_SRC_LO])
-        out.dst_hi[i] = np.uint64(f[F_DST_HI])
-        out.dst_lo[i] = np.uint64(f[F_DST_LO])
-        out.family[i] = f[F_FAMILY]
+        addresses.src_hi[i - lo] = np.uint64(f[F_SRC_HI])
+        addresses.src_lo[i - lo] = np.uint64(f[F_SRC_LO])
+        addresses.dst_hi[i - lo] = np.uint64(f[F_DST_HI])
+        addresses.dst_lo[i - lo] = np.uint64(f[F_DST_LO])
+        addresses.family[i - lo] = f[F_FAMILY]
         out.present[i] = f[F_PRESENT]

@@ -1,11 +1,13 @@
 """Address interning: 128-bit addresses → dense uint32 ids, first-seen order.
 
 An open-addressing hash table (linear probing, load ≤ 1/2) lives across chunks in an
-:class:`AddressTable`; the Python side grows it before each call so the kernel never runs out of room.
+:class:`AddressTable`; a kernel stops when the table is full and the Python side doubles it and calls
+again, so the table's size follows the addresses seen.
 IPv4 addresses are keyed as IPv4-mapped IPv6 plus their family, so ``::ffff:1.2.3.4`` seen as IPv6
 stays distinct from 1.2.3.4.
 """
 import socket
+from collections import namedtuple
 
 import numpy as np
 from numba import njit
@@ -41,17 +43,22 @@ def _insert(hi, lo, fam, slots, addr_hi, addr_lo, addr_fam, count):
 
 
 @njit(cache=True, _nrt=False)  # allocates nothing: no refcounting of array args
-def intern_pairs(hi, lo, fam, n, slots, addr_hi, addr_lo, addr_fam, count, out_ids):
-    """Intern ``n`` addresses; rows with family 0 (no address) get id 0xFFFFFFFF.
+def intern_pairs(hi, lo, fam, start, n, slots, addr_hi, addr_lo, addr_fam, count, out_ids):
+    """Intern addresses ``start``..``n - 1``; rows with family 0 (no address) get id 0xFFFFFFFF.
+    Returns the row it stopped at: ``n``, or an earlier row when the table is full (grow it and go on
+    from there).
 
     Conversations alternate between two addresses, so the last two ids are checked before hashing."""
     last_a = _EMPTY
     last_b = _EMPTY
-    for i in range(n):
+    room = addr_hi.shape[0]
+    for i in range(start, n):
         f = fam[i]
         if f == 0:
             out_ids[i] = _EMPTY
             continue
+        if count[0] + 1 > room:
+            return i
         h, l = hi[i], lo[i]
         if last_a != _EMPTY and addr_lo[last_a] == l and addr_hi[last_a] == h and addr_fam[last_a] == f:
             ident = last_a
@@ -63,19 +70,24 @@ def intern_pairs(hi, lo, fam, n, slots, addr_hi, addr_lo, addr_fam, count, out_i
         if ident != last_a:
             last_b = last_a
             last_a = ident
+    return n
 
 
 @njit(cache=True, _nrt=False)  # allocates nothing: no refcounting of array args
-def intern_both_kernel(src_hi, src_lo, dst_hi, dst_lo, fam, n, slots, addr_hi, addr_lo, addr_fam, count,
+def intern_both_kernel(src_hi, src_lo, dst_hi, dst_lo, fam, start, n, slots, addr_hi, addr_lo, addr_fam, count,
                        src_ids, dst_ids):
+    """:func:`intern_pairs` for the source and the destination of rows ``start``..``n - 1``."""
     last_a = _EMPTY
     last_b = _EMPTY
-    for i in range(n):
+    room = addr_hi.shape[0]
+    for i in range(start, n):
         f = fam[i]
         if f == 0:
             src_ids[i] = _EMPTY
             dst_ids[i] = _EMPTY
             continue
+        if count[0] + 2 > room:
+            return i
         for side in range(2):
             h = src_hi[i] if side == 0 else dst_hi[i]
             lo = src_lo[i] if side == 0 else dst_lo[i]
@@ -92,6 +104,7 @@ def intern_both_kernel(src_hi, src_lo, dst_hi, dst_lo, fam, n, slots, addr_hi, a
             if ident != last_a:
                 last_b = last_a
                 last_a = ident
+    return n
 
 
 @njit(cache=True, _nrt=False)  # allocates nothing: no refcounting of array args
@@ -102,6 +115,9 @@ def _rehash(slots, addr_hi, addr_lo, addr_fam, count):
         while slots[s] != _EMPTY:
             s = (s + 1) & mask
         slots[s] = ident
+
+
+TableArrays = namedtuple("TableArrays", ["slots", "addr_hi", "addr_lo", "addr_fam", "count"])
 
 
 class AddressTable:
@@ -123,26 +139,24 @@ class AddressTable:
             self.addr_hi[:n], self.addr_lo[:n], self.addr_fam[:n] = old[0][:n], old[1][:n], old[2][:n]
             _rehash(self.slots, self.addr_hi, self.addr_lo, self.addr_fam, n)
 
-    def reserve(self, new_addresses: int) -> None:
-        """Make room for up to ``new_addresses`` more unique addresses."""
-        need = int(self.count[0]) + new_addresses
-        if need > self.addr_hi.shape[0]:
-            self._allocate(need)
+    def arrays(self) -> "TableArrays":
+        """The table's arrays, for kernels that intern as they go (they stop when it is full)."""
+        return TableArrays(self.slots, self.addr_hi, self.addr_lo, self.addr_fam, self.count)
+
+    def grow(self) -> None:
+        """Double the table (the kernels stop when it is full): it is sized by the addresses seen, not
+        by the rows (2 per packet), which would be 50 MB for a million packets."""
+        self._allocate(2 * self.addr_hi.shape[0])
 
     def intern(self, hi, lo, fam, n) -> np.ndarray:
-        self.reserve(n)
         ids = np.empty(n, np.uint32)
-        intern_pairs(hi, lo, fam, n, self.slots, self.addr_hi, self.addr_lo, self.addr_fam, self.count, ids)
+        done = 0
+        while done < n:
+            done = intern_pairs(hi, lo, fam, done, n, self.slots, self.addr_hi, self.addr_lo, self.addr_fam,
+                                self.count, ids)
+            if done < n:
+                self.grow()
         return ids
-
-    def intern_both(self, src_hi, src_lo, dst_hi, dst_lo, fam, n) -> tuple[np.ndarray, np.ndarray]:
-        """Source and destination ids in one pass: a reply's addresses are the request's swapped, so
-        the two most recent ids serve both columns."""
-        self.reserve(2 * n)
-        src_ids, dst_ids = np.empty(n, np.uint32), np.empty(n, np.uint32)
-        intern_both_kernel(src_hi, src_lo, dst_hi, dst_lo, fam, n, self.slots, self.addr_hi, self.addr_lo,
-                           self.addr_fam, self.count, src_ids, dst_ids)
-        return src_ids, dst_ids
 
     def __len__(self) -> int:
         return int(self.count[0])

@@ -6,8 +6,8 @@ byte order, Interface Description Blocks (``if_tsresol`` decimal and power-of-2,
 Enhanced, Simple and obsolete Packet Blocks. Name Resolution, Interface Statistics, Decryption
 Secrets, systemd Journal, custom and unknown blocks are skipped and counted.
 
-Each walker fills at most ``len(out.data_off)`` records from ``off`` and returns
-``(records_filled, next_offset, stop)``. ``stop`` says why it returned (a ``STOP_*`` value); damage
+Each walker fills rows ``lo``..``hi - 1`` of ``out`` at most, with the records from ``off``, and returns
+``(index after the last row filled, next_offset, stop)``. ``stop`` says why it returned (a ``STOP_*`` value); damage
 that the format lets us step over (a pcapng block whose inner lengths are bogus, a packet for an
 interface that was never described) is counted in ``counts`` by ``SKIP_*`` index and walking goes on.
 Custom blocks and systemd journal entries become records of their own kind (Wireshark numbers
@@ -19,7 +19,7 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
-from .wire import u16, u32, u64
+from .wire import prefetch_until, u16, u32, u64
 
 # Why a walker returned.
 STOP_FULL = 0  # the output arrays are full; call again from next_offset
@@ -62,6 +62,7 @@ COUNT_NAMES = (
 SKIPPED_PACKET_COUNTS = (SKIP_UNKNOWN_INTERFACE, SKIP_CAPLEN_EXCEEDS_BLOCK)
 
 MAX_INTERFACES = 65536
+PREFETCH_BYTES = 4096  # how far ahead of a walker the file's bytes are prefetched (wire.prefetch_until)
 
 # Largest record Wireshark accepts without an explicit bigger snaplen (WTAP_MAX_PACKET_SIZE_STANDARD).
 MAX_STANDARD_RECORD = 262144
@@ -169,13 +170,14 @@ def _note_ts(ts, state, counts):
 
 
 @njit(cache=True, _nrt=False)  # allocates nothing: no refcounting of array args
-def walk_pcap(buf, off, big_endian, nanosecond, record_header_len, snaplen, out, state, counts):
+def walk_pcap(buf, off, big_endian, nanosecond, record_header_len, snaplen, out, lo, hi, state, counts):
     """Classic pcap records from ``off`` (just after the 24-byte file header, or a previous stop)."""
     end = buf.shape[0]
-    capacity = out.data_off.shape[0]
     max_record = max(min(snaplen, MAX_TRUSTED_SNAPLEN), MAX_STANDARD_RECORD)
-    n = 0
-    while n < capacity:
+    n = lo
+    ahead = off
+    while n < hi:
+        ahead = prefetch_until(buf, ahead, off + PREFETCH_BYTES)
         if off >= end:
             return n, off, STOP_EOF
         if off + record_header_len > end:
@@ -250,12 +252,13 @@ def _iface_of(local_id, state):
 
 
 @njit(cache=True, _nrt=False)  # allocates nothing: no refcounting of array args
-def walk_pcapng(buf, off, out, ifaces, state, counts):
+def walk_pcapng(buf, off, out, lo, hi, ifaces, state, counts):
     """pcapng blocks from ``off`` (a block boundary). See the module docstring for what is read."""
     end = buf.shape[0]
-    capacity = out.data_off.shape[0]
-    n = 0
-    while n < capacity:
+    n = lo
+    ahead = off
+    while n < hi:
+        ahead = prefetch_until(buf, ahead, off + PREFETCH_BYTES)
         if off >= end:
             return n, off, STOP_EOF
         if off + 12 > end:

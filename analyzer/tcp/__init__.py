@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from .. import schema
+from .. import columns, schema
 from ..capture import frame_builder
 from . import analysis as an
-from .connections import ACK, CONNECTION_DESCRIPTIONS, SYN, assign_connections, connections_frame
+from .connections import ACK, CONNECTION_DESCRIPTIONS, assign_connections, client_sides, connections_frame
 from .framing import tcp_messages
 
 SEGMENT_DESCRIPTIONS = {
@@ -55,103 +55,79 @@ _TCP_COLUMNS = ("frame", "ts_ns", "src", "dst", "sport", "dport", "tcp_flags", "
                 "sack_blocks")
 
 
+_IS_SEGMENT = pl.col("tcp_flags").is_not_null() & (pl.col("parse_status") != "fragment")
+
+
 def tcp_packets(cap) -> pl.DataFrame:
     """The TCP segments of the capture (header decoded), capture order."""
     return (
-        cap.packets.filter(pl.col("tcp_flags").is_not_null() & (pl.col("parse_status") != "fragment"))
-        .select(_TCP_COLUMNS)
+        cap.packets.filter(_IS_SEGMENT).select(_TCP_COLUMNS)
         .with_columns(pl.col("payload_len").fill_null(0), pl.col("payload_caplen").fill_null(0))
     )
 
 
-def _client_side(seg: pl.DataFrame) -> pl.DataFrame:
-    """Per connection: the side (0/1) of the client and the rule that chose it."""
-    syn = seg.filter((pl.col("tcp_flags") & (SYN | ACK)) == SYN).group_by("conn").agg(
-        pl.col("side").sort_by("frame").first().alias("syn_side"))
-    synack = seg.filter((pl.col("tcp_flags") & (SYN | ACK)) == (SYN | ACK)).group_by("conn").agg(
-        (1 - pl.col("side").sort_by("frame").first()).alias("synack_side"))
-    ports = seg.group_by("conn").agg(
-        pl.col("sport").filter(pl.col("side") == 0).first().alias("p0"),
-        pl.col("dport").filter(pl.col("side") == 0).first().alias("p0_peer"),
-        pl.col("dport").filter(pl.col("side") == 1).first().alias("p1_peer"),
-        pl.col("sport").filter(pl.col("side") == 1).first().alias("p1"),
-    ).with_columns(
-        pl.coalesce("p0", "p1_peer").alias("port0"), pl.coalesce("p1", "p0_peer").alias("port1"),
-    )
-    out = ports.join(syn, on="conn", how="left").join(synack, on="conn", how="left")
-    return out.select(
-        "conn",
-        pl.coalesce("syn_side", "synack_side", pl.when(pl.col("port1") > pl.col("port0")).then(1).otherwise(0))
-        .cast(pl.UInt8).alias("client_side"),
-        pl.when(pl.col("syn_side").is_not_null()).then(pl.lit("syn"))
-        .when(pl.col("synack_side").is_not_null()).then(pl.lit("synack"))
-        .otherwise(pl.lit("port")).alias("client_by"),
-    )
+# what the analysis reads of each segment; the SYN options are nullable
+_ANALYSIS_COLUMNS = ("frame", "ts_ns", "src", "dst", "sport", "dport", "tcp_flags", "seq", "ack", "window",
+                     "payload_len")
+_OPTION_COLUMNS = ("mss", "wscale", "sack_perm")
 
 
-def _sack_index(frames: np.ndarray, sack: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    sack = sack.sort("frame", "block")
-    sf = sack["frame"].to_numpy()
-    start = np.searchsorted(sf, frames, side="left").astype(np.int64)
-    stop = np.searchsorted(sf, frames, side="right").astype(np.int64)
-    return start, (stop - start).astype(np.int64), sack["left"].to_numpy(), sack["right"].to_numpy()
+def _sack_blocks(sack: pl.DataFrame) -> pl.DataFrame:
+    """The tcp_sack frame in (frame, block) order (the reader writes it so: then it is not sorted again)."""
+    frames, blocks = sack["frame"].to_numpy(), sack["block"].to_numpy()
+    ordered = (frames[1:] > frames[:-1]) | ((frames[1:] == frames[:-1]) & (blocks[1:] > blocks[:-1]))
+    return sack if ordered.all() else sack.sort("frame", "block")
+
+
+def _nullable(name: str, values: np.ndarray, null_value: int) -> pl.Series:
+    """``values`` as a column, null where the kernel left ``null_value`` (its "not measured")."""
+    return columns.series(name, values, values != null_value)
 
 
 def analyze_segments(cap, params: an.Params = an.Params()) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(tcp_segments, connections)."""
-    tcp = tcp_packets(cap)
-    src = tcp["src"].to_physical().to_numpy().astype(np.int64)
-    dst = tcp["dst"].to_physical().to_numpy().astype(np.int64)
-    flags = tcp["tcp_flags"].to_numpy()
-    seq = tcp["seq"].to_numpy().astype(np.int64)
-    conn, side, reused, n_conn = assign_connections(src, dst, tcp["sport"].to_numpy(), tcp["dport"].to_numpy(),
-                                                    flags, seq)
-    tcp = tcp.with_columns(pl.Series("conn", conn), pl.Series("side", side), pl.Series("reused", reused))
-    sides = _client_side(tcp)
-    tcp = tcp.join(sides, on="conn", how="left").with_columns(
-        (pl.col("side") == pl.col("client_side")).alias("from_client"))
+    """(tcp_segments, connections). The columns go to the kernels as NumPy views, in their own dtypes."""
+    tcp = cap.packets.filter(_IS_SEGMENT).select(*_ANALYSIS_COLUMNS, *_OPTION_COLUMNS, "ts_val")
+    seg = {name: tcp[name].to_numpy() for name in _ANALYSIS_COLUMNS if name not in ("src", "dst", "payload_len")}
+    seg["src"], seg["dst"] = (tcp[c].to_physical().to_numpy() for c in ("src", "dst"))
+    seg["payload_len"] = tcp["payload_len"].fill_null(0).to_numpy()
+    for name in _OPTION_COLUMNS:
+        seg[name], seg[f"{name}_valid"] = tcp[name].fill_null(0).to_numpy(), tcp[name].is_not_null().to_numpy()
+    seg["has_ts_val"] = tcp["ts_val"].is_not_null().to_numpy()
+    flags, frames = seg["tcp_flags"], seg["frame"]
+    conn, side, reused, n_conn = assign_connections(seg["src"], seg["dst"], seg["sport"], seg["dport"], flags,
+                                                    seg["seq"])
+    client_side, client_by = client_sides(conn, side, frames, flags, seg["sport"], seg["dport"], n_conn)
+    from_client = side == client_side[conn]
 
-    frames = tcp["frame"].to_numpy()
-    sack_start, sack_count, sack_left, sack_right = _sack_index(frames, cap.frame("tcp_sack"))
-    segs = an.Segments(
-        conn, side, tcp["ts_ns"].to_numpy(), frames, seq, tcp["ack"].to_numpy().astype(np.int64),
-        flags.astype(np.int64), tcp["window"].to_numpy().astype(np.int64),
-        tcp["wscale"].fill_null(-1).cast(pl.Int64).to_numpy(), tcp["payload_len"].to_numpy().astype(np.int64),
-        sack_start, sack_count)
+    sack = _sack_blocks(cap.frame("tcp_sack"))
+    sack_start, sack_count = an.sack_ranges(frames, sack["frame"].to_numpy())
+    wscale = np.where(seg["wscale_valid"], seg["wscale"].astype(np.int16), np.int16(-1))  # -1: no option
+    segs = an.Segments(conn, side, seg["ts_ns"], frames, seg["seq"], seg["ack"], flags, seg["window"], wscale,
+                       seg["payload_len"], sack_start, sack_count)
     out = an.allocate_analysis(tcp.height)
-    an.analyze(segs, n_conn, sack_left.astype(np.int64), sack_right.astype(np.int64),
-               params.ooo_threshold_ns, params.use_handshake_rtt_for_ooo, out)
-    analysis = out.flags | np.where(reused, an.REUSED_PORTS, 0).astype(np.uint32)
+    an.analyze(segs, n_conn, sack["left"].to_numpy(), sack["right"].to_numpy(), params.ooo_threshold_ns,
+               params.use_handshake_rtt_for_ooo, out)
+    del segs, wscale, sack_start, sack_count
+    analysis = out.flags
+    analysis[reused] |= an.REUSED_PORTS
 
-    def nullable(name, values, null_value):
-        return pl.Series(name, values).replace(null_value, None) if (values == null_value).any() \
-            else pl.Series(name, values)
-
-    tcp = tcp.with_columns(
-        pl.Series("analysis", analysis),
-        nullable("dupack_num", out.dupack_num, 0), nullable("dupack_frame", out.dupack_frame, 0),
-        nullable("acks_frame", out.acks_frame, 0), nullable("ack_rtt_ns", out.ack_rtt_ns, -1),
-        nullable("rtt_ns", out.rtt_ns, -1), nullable("bytes_in_flight", out.bytes_in_flight, -1),
-        nullable("pipe_bytes", out.pipe_bytes, -1), nullable("window_size", out.window_size, -1),
-        nullable("rto_ns", out.rto_ns, -1), nullable("rto_frame", out.rto_frame, 0),
-        nullable("since_prev_same_dir_ns", out.since_prev_same_dir_ns, -1),
-        nullable("initial_rtt_ns", out.initial_rtt_ns, -1),
-        pl.Series("seq_rel", out.seq_rel), nullable("ack_rel", out.ack_rel, -1).cast(pl.UInt32),
-    )
-    leading = ("frame", "ts_ns", "tcp_flags", "window", "conn", "from_client", "seq_rel", "ack_rel", "seglen")
-    seg_frame = tcp.select(
-        "frame", "ts_ns", "tcp_flags", "window", "conn", "from_client", "seq_rel", "ack_rel",
-        pl.col("payload_len").alias("seglen"), *[c for c in SEGMENT_DESCRIPTIONS if c not in leading],
-    )
-    conn_input = tcp.with_columns(
-        pl.when(pl.col("from_client")).then(pl.col("src")).otherwise(pl.col("dst")).alias("client"),
-        pl.when(pl.col("from_client")).then(pl.col("sport")).otherwise(pl.col("dport")).alias("client_port"),
-        pl.when(pl.col("from_client")).then(pl.col("dst")).otherwise(pl.col("src")).alias("server"),
-        pl.when(pl.col("from_client")).then(pl.col("dport")).otherwise(pl.col("sport")).alias("server_port"),
-        pl.col("tcp_flags").alias("flags"),
-        ((pl.col("analysis") & an.ANY_RETRANSMISSION) != 0).alias("is_retransmission"),
-    )
-    return seg_frame, connections_frame(conn_input)
+    seg_frame = pl.DataFrame([
+        tcp["frame"], tcp["ts_ns"], tcp["tcp_flags"], tcp["window"], pl.Series("conn", conn),
+        pl.Series("from_client", from_client), pl.Series("seq_rel", out.seq_rel),
+        columns.series("ack_rel", out.ack_rel, (flags & ACK) != 0),
+        pl.Series("seglen", seg["payload_len"]), pl.Series("analysis", analysis),
+        _nullable("dupack_num", out.dupack_num, 0), _nullable("dupack_frame", out.dupack_frame, 0),
+        _nullable("acks_frame", out.acks_frame, 0), _nullable("ack_rtt_ns", out.ack_rtt_ns, -1),
+        _nullable("rtt_ns", out.rtt_ns, -1), _nullable("bytes_in_flight", out.bytes_in_flight, -1),
+        _nullable("pipe_bytes", out.pipe_bytes, -1), _nullable("window_size", out.window_size, -1),
+        _nullable("rto_ns", out.rto_ns, -1), _nullable("rto_frame", out.rto_frame, 0),
+        _nullable("since_prev_same_dir_ns", out.since_prev_same_dir_ns, -1),
+        _nullable("initial_rtt_ns", out.initial_rtt_ns, -1),
+    ])
+    assert tuple(seg_frame.columns) == tuple(SEGMENT_DESCRIPTIONS), "tcp_segments columns out of step"
+    seg.update(conn=conn, from_client=from_client, reused=reused, client_by=client_by,
+               is_retransmission=(analysis & an.ANY_RETRANSMISSION) != 0)
+    return seg_frame, connections_frame(seg, n_conn, tcp.schema["src"])
 
 
 @frame_builder("tcp_segments")

@@ -106,11 +106,37 @@ Analysis = namedtuple("Analysis", ["flags", "dupack_num", "dupack_frame", "acks_
 
 
 def allocate_analysis(n: int) -> Analysis:
+    """Outputs of :func:`analyze` for ``n`` segments, each at its "not measured" value (0 or -1; those
+    become nulls). ``ack_rel`` is written for segments with ACK only: that bit is its validity."""
     return Analysis(np.zeros(n, np.uint32), np.zeros(n, np.uint32), np.zeros(n, np.uint32),
                     np.zeros(n, np.uint32), np.full(n, -1, np.int64), np.full(n, -1, np.int64),
                     np.full(n, -1, np.int64), np.full(n, -1, np.int64), np.full(n, -1, np.int64),
                     np.full(n, -1, np.int64), np.zeros(n, np.uint32), np.full(n, -1, np.int64),
-                    np.full(n, -1, np.int64), np.zeros(n, np.uint32), np.full(n, -1, np.int64))
+                    np.full(n, -1, np.int64), np.zeros(n, np.uint32), np.zeros(n, np.uint32))
+
+
+@njit(cache=True)
+def sack_ranges(frames, sack_frames):
+    """For each segment frame, the first row and the number of its SACK blocks in ``sack_frames`` (the
+    ``tcp_sack`` frame's, ascending): a merge while ``frames`` ascend (capture order), a binary search
+    where they do not."""
+    n = frames.shape[0]
+    m = sack_frames.shape[0]
+    start = np.empty(n, np.int64)
+    count = np.empty(n, np.int64)
+    j = 0
+    for i in range(n):
+        f = np.int64(frames[i])
+        if i > 0 and f < np.int64(frames[i - 1]):
+            j = np.searchsorted(sack_frames, frames[i])
+        while j < m and np.int64(sack_frames[j]) < f:
+            j += 1
+        k = j
+        while k < m and np.int64(sack_frames[k]) == f:
+            k += 1
+        start[i] = j
+        count[i] = k - j
+    return start, count
 
 
 @njit(cache=True, inline="always")
@@ -474,7 +500,8 @@ def analyze(seg, n_conn, sack_left, sack_right, ooo_default_ns, use_hs_rtt, out)
             r = last_row[rev]
             if r >= 0:
                 for k in range(min(seg.sack_count[r], WS_BIF_SACK_BLOCKS)):
-                    delivered += _u32(sack_right[seg.sack_start[r] + k] - sack_left[seg.sack_start[r] + k])
+                    delivered += _u32(np.int64(sack_right[seg.sack_start[r] + k])
+                                      - np.int64(sack_left[seg.sack_start[r] + k]))
             ws_in_flight = _u32(last - first - delivered)
             if 0 < ws_in_flight < BIF_LIMIT and ws_in_flight - (1 if flags & (TH_SYN | TH_FIN) else 0) > 0:
                 out.bytes_in_flight[i] = ws_in_flight - (1 if flags & (TH_SYN | TH_FIN) else 0)

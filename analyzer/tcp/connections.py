@@ -16,9 +16,13 @@ by port).
 """
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numpy as np
 import polars as pl
 from numba import njit
+
+from .. import columns
 
 SYN, FIN, RST, ACK = 0x02, 0x01, 0x04, 0x10
 
@@ -83,11 +87,11 @@ def assign_connections(src, dst, sport, dport, flags, seq):
     in capture order. Returns (conn, side, reused, n_connections)."""
     n = src.shape[0]
     size = 1
-    while size < 4 * n + 16:
+    while size < 2 * n + 16:  # load <= 1/2 even if every segment started a connection
         size <<= 1
     mask = size - 1
-    slot_conn = np.full(size, _EMPTY, np.int64)
-    # per-connection state (at most one connection per packet)
+    slot_conn = np.full(size, _EMPTY, np.int32)  # the only table touched in full: int32 ids (n < 2**31)
+    # per-connection state (at most one connection per packet; only the rows used are touched)
     c_addr0 = np.empty(n, np.int64)
     c_port0 = np.empty(n, np.int64)
     c_addr1 = np.empty(n, np.int64)
@@ -107,7 +111,7 @@ def assign_connections(src, dst, sport, dport, flags, seq):
         h = _hash(ka, kp, kb, kq, mask)
         c = _EMPTY
         while slot_conn[h] != _EMPTY:
-            cand = slot_conn[h]
+            cand = np.int64(slot_conn[h])
             lo_a, lo_p = c_addr0[cand], c_port0[cand]
             hi_a, hi_p = c_addr1[cand], c_port1[cand]
             if (lo_a, lo_p) > (hi_a, hi_p):
@@ -120,7 +124,7 @@ def assign_connections(src, dst, sport, dport, flags, seq):
         is_syn = (f & (SYN | ACK)) == SYN
         if c != _EMPTY:
             sd = 0 if (c_addr0[c] == s_a and c_port0[c] == s_p) else 1
-            if is_syn and c_isn_set[c, sd] and c_isn[c, sd] != seq[i]:
+            if is_syn and c_isn_set[c, sd] and c_isn[c, sd] != np.int64(seq[i]):
                 reused[i] = True
                 c = _EMPTY  # a new generation takes over this slot below
         if c == _EMPTY:
@@ -130,103 +134,293 @@ def assign_connections(src, dst, sport, dport, flags, seq):
             slot_conn[h] = c
             sd = 0
         if not c_isn_set[c, sd]:
-            c_isn[c, sd] = seq[i] if (f & SYN) else (seq[i] - 1) & 0xFFFFFFFF
+            c_isn[c, sd] = np.int64(seq[i]) if (f & SYN) else (np.int64(seq[i]) - 1) & 0xFFFFFFFF
             c_isn_set[c, sd] = True
         conn[i] = c
         side[i] = sd
     return conn, side, reused, n_conn
 
 
-def _history(seg: pl.DataFrame) -> pl.DataFrame:
-    """Zeek-style history per connection from per-segment event flags (first occurrence order)."""
-    events = [
-        ("S", (pl.col("flags") & (SYN | ACK)) == SYN),
-        ("H", (pl.col("flags") & (SYN | ACK)) == (SYN | ACK)),
-        ("A", ((pl.col("flags") & (SYN | FIN | RST | ACK)) == ACK) & (pl.col("payload_len") == 0)),
-        ("D", pl.col("payload_len") > 0),
-        ("F", (pl.col("flags") & FIN) != 0),
-        ("R", (pl.col("flags") & RST) != 0),
-        ("T", pl.col("is_retransmission")),
-        ("W", (pl.col("window") == 0) & ((pl.col("flags") & (SYN | FIN | RST)) == 0)),
-    ]
-    parts = []
-    for letter, cond in events:
-        parts.append(
-            seg.filter(cond).group_by("conn", "from_client").agg(pl.col("frame").min().alias("first_frame"))
-            .with_columns(pl.when(pl.col("from_client")).then(pl.lit(letter)).otherwise(pl.lit(letter.lower()))
-                          .alias("letter"))
-        )
-    hist = pl.concat(parts).sort("conn", "first_frame", "letter")
-    return hist.group_by("conn", maintain_order=True).agg(pl.col("letter").str.join("").alias("history"))
+CLIENT_BY = ("syn", "synack", "port")  # connections.client_by, by client_sides' rule index
+BY_SYN, BY_SYNACK, BY_PORT = 0, 1, 2
+
+# Zeek history letters (the client's; the server's are their lower case), in EV_* bit order
+HISTORY_LETTERS = "SHADFRTW"
+N_EVENTS = len(HISTORY_LETTERS)
+EV_S, EV_H, EV_A, EV_D, EV_F, EV_R, EV_T, EV_W = (1 << k for k in range(N_EVENTS))
+# the letters as bytes: the client's, then the server's
+_LETTER_CODES = np.frombuffer((HISTORY_LETTERS + HISTORY_LETTERS.lower()).encode(), np.uint8).copy()
+MAX_HISTORY = 2 * N_EVENTS
+# Zeek conn_state names, by the index _conn_state returns
+CONN_STATES = ("OTH", "REJ", "RSTOS0", "SH", "S0", "RSTRH", "SHR", "RSTO", "RSTR", "SF", "S2", "S3", "S1")
 
 
-def connections_frame(seg: pl.DataFrame) -> pl.DataFrame:
-    """One row per connection from the per-segment frame ``seg`` (columns: conn, side, from_client,
-    frame, ts_ns, src, dst, sport, dport, flags, seq, ack, window, payload_len, mss, wscale, sack_perm,
-    ts_val, is_retransmission)."""
-    syn = (pl.col("flags") & (SYN | ACK)) == SYN
-    synack = (pl.col("flags") & (SYN | ACK)) == (SYN | ACK)
-    c = pl.col("from_client")
-    agg = seg.group_by("conn").agg(
-        pl.col("client").first(), pl.col("client_port").first(), pl.col("server").first(),
-        pl.col("server_port").first(), pl.col("client_by").first(),
-        pl.col("ts_ns").min().alias("first_ts_ns"), pl.col("ts_ns").max().alias("last_ts_ns"),
-        pl.col("frame").min().alias("first_frame"), pl.col("frame").max().alias("last_frame"),
-        c.sum().cast(pl.UInt32).alias("client_packets"), (~c).sum().cast(pl.UInt32).alias("server_packets"),
-        pl.col("payload_len").filter(c).sum().cast(pl.UInt64).alias("client_bytes"),
-        pl.col("payload_len").filter(~c).sum().cast(pl.UInt64).alias("server_bytes"),
-        pl.col("mss").filter(c & (pl.col("flags") & SYN != 0)).first().alias("client_mss"),
-        pl.col("mss").filter(~c & (pl.col("flags") & SYN != 0)).first().alias("server_mss"),
-        pl.col("wscale").filter(c & (pl.col("flags") & SYN != 0)).first().alias("client_wscale"),
-        pl.col("wscale").filter(~c & (pl.col("flags") & SYN != 0)).first().alias("server_wscale"),
-        pl.col("sack_perm").filter(c & (pl.col("flags") & SYN != 0)).first().alias("client_sack_perm"),
-        pl.col("sack_perm").filter(~c & (pl.col("flags") & SYN != 0)).first().alias("server_sack_perm"),
-        pl.col("ts_val").filter(c & (pl.col("flags") & SYN != 0)).first().is_not_null().alias("client_timestamps"),
-        pl.col("ts_val").filter(~c & (pl.col("flags") & SYN != 0)).first().is_not_null().alias("server_timestamps"),
-        pl.col("ts_ns").filter(c & syn).first().alias("syn_ts_ns"),
-        pl.col("ts_ns").filter(~c & synack).first().alias("synack_ts_ns"),
-        pl.col("seq").filter(~c & synack).first().alias("_server_isn"),
-        (c & syn).any().alias("saw_syn"), (~c & synack).any().alias("saw_synack"),
-        (c & (pl.col("flags") & FIN != 0)).any().alias("client_fin"),
-        (~c & (pl.col("flags") & FIN != 0)).any().alias("server_fin"),
-        (c & (pl.col("flags") & RST != 0)).any().alias("client_rst"),
-        (~c & (pl.col("flags") & RST != 0)).any().alias("server_rst"),
-        pl.col("reused").any().alias("reused_ports"),
-    )
-    # The ACK that completes the handshake: first client ACK after the SYN/ACK acknowledging its ISN.
-    hs_ack = (
-        seg.join(agg.select("conn", "synack_ts_ns", "_server_isn"), on="conn")
-        .filter(pl.col("from_client") & ((pl.col("flags") & (SYN | ACK)) == ACK)
-                & (pl.col("ts_ns") >= pl.col("synack_ts_ns"))
-                & (pl.col("ack") == ((pl.col("_server_isn").cast(pl.Int64) + 1) % (1 << 32)).cast(pl.UInt32)))
-        .group_by("conn").agg(pl.col("ts_ns").min().alias("hs_ack_ts_ns"))
-    )
-    out = agg.join(hs_ack, on="conn", how="left").join(_history(seg), on="conn", how="left")
-    established = pl.col("saw_syn") & pl.col("saw_synack")
-    state = (
-        pl.when(~pl.col("saw_syn") & ~pl.col("saw_synack")).then(pl.lit("OTH"))
-        .when(pl.col("saw_syn") & ~pl.col("saw_synack") & pl.col("server_rst")).then(pl.lit("REJ"))
-        .when(pl.col("saw_syn") & ~pl.col("saw_synack") & pl.col("client_rst")).then(pl.lit("RSTOS0"))
-        .when(pl.col("saw_syn") & ~pl.col("saw_synack") & pl.col("client_fin")).then(pl.lit("SH"))
-        .when(pl.col("saw_syn") & ~pl.col("saw_synack")).then(pl.lit("S0"))
-        .when(~pl.col("saw_syn") & pl.col("saw_synack") & pl.col("server_rst")).then(pl.lit("RSTRH"))
-        .when(~pl.col("saw_syn") & pl.col("saw_synack") & pl.col("server_fin")).then(pl.lit("SHR"))
-        .when(~pl.col("saw_syn") & pl.col("saw_synack")).then(pl.lit("OTH"))
-        .when(established & pl.col("client_rst")).then(pl.lit("RSTO"))
-        .when(established & pl.col("server_rst")).then(pl.lit("RSTR"))
-        .when(established & pl.col("client_fin") & pl.col("server_fin")).then(pl.lit("SF"))
-        .when(established & pl.col("client_fin")).then(pl.lit("S2"))
-        .when(established & pl.col("server_fin")).then(pl.lit("S3"))
-        .otherwise(pl.lit("S1"))
-    )
-    return out.with_columns(
-        state.alias("conn_state"),
-        pl.col("history").fill_null(""),
-        (pl.col("synack_ts_ns") - pl.col("syn_ts_ns")).alias("rtt_client_server_ns"),
-        (pl.col("hs_ack_ts_ns") - pl.col("synack_ts_ns")).alias("rtt_server_client_ns"),
-        (pl.col("hs_ack_ts_ns") - pl.col("syn_ts_ns")).alias("handshake_rtt_ns"),
-        (pl.col("last_ts_ns") - pl.col("first_ts_ns")).alias("duration_ns"),
-        pl.col("saw_syn").alias("saw_start"),
-        ((pl.col("client_fin") & pl.col("server_fin")) | pl.col("client_rst") | pl.col("server_rst"))
-        .alias("saw_end"),
-    ).drop("_server_isn", "hs_ack_ts_ns").sort("conn")
+@njit(cache=True)
+def client_sides(conn, side, frame, flags, sport, dport, n_conn):
+    """Per connection: the side (0/1) of the client and the rule that chose it (a ``CLIENT_BY`` index):
+    the sender of the earliest SYN; else the receiver of the earliest SYN/ACK; else the endpoint on the
+    higher port (side 0 when the ports are equal)."""
+    syn_frame = np.full(n_conn, -1, np.int64)
+    syn_side = np.zeros(n_conn, np.uint8)
+    synack_frame = np.full(n_conn, -1, np.int64)
+    synack_side = np.zeros(n_conn, np.uint8)
+    port = np.full((n_conn, 2), -1, np.int64)  # first source port seen from each side
+    peer = np.full((n_conn, 2), -1, np.int64)  # first destination port seen from each side
+    for i in range(conn.shape[0]):
+        c = np.int64(conn[i])
+        sd = np.int64(side[i])
+        f = np.int64(flags[i]) & (SYN | ACK)
+        fr = np.int64(frame[i])
+        if f == SYN and (syn_frame[c] < 0 or fr < syn_frame[c]):
+            syn_frame[c] = fr
+            syn_side[c] = sd
+        if f == SYN | ACK and (synack_frame[c] < 0 or fr < synack_frame[c]):
+            synack_frame[c] = fr
+            synack_side[c] = 1 - sd
+        if port[c, sd] < 0:
+            port[c, sd] = sport[i]
+            peer[c, sd] = dport[i]
+    client = np.empty(n_conn, np.uint8)
+    rule = np.empty(n_conn, np.uint8)
+    for c in range(n_conn):
+        if syn_frame[c] >= 0:
+            client[c], rule[c] = syn_side[c], BY_SYN
+        elif synack_frame[c] >= 0:
+            client[c], rule[c] = synack_side[c], BY_SYNACK
+        else:
+            port0 = port[c, 0] if port[c, 0] >= 0 else peer[c, 1]
+            port1 = port[c, 1] if port[c, 1] >= 0 else peer[c, 0]
+            client[c] = 1 if port0 >= 0 and port1 > port0 else 0
+            rule[c] = BY_PORT
+    return client, rule
+
+
+
+
+@njit(cache=True, inline="always")
+def _segment_events(flags, seglen, window, is_retx):
+    """The history events (EV_* bits) one segment shows."""
+    ev = 0
+    if flags & (SYN | ACK) == SYN:
+        ev |= EV_S
+    if flags & (SYN | ACK) == SYN | ACK:
+        ev |= EV_H
+    if flags & (SYN | FIN | RST | ACK) == ACK and seglen == 0:
+        ev |= EV_A
+    if seglen > 0:
+        ev |= EV_D
+    if flags & FIN:
+        ev |= EV_F
+    if flags & RST:
+        ev |= EV_R
+    if is_retx:
+        ev |= EV_T
+    if window == 0 and flags & (SYN | FIN | RST) == 0:
+        ev |= EV_W
+    return ev
+
+
+@njit(cache=True, inline="always")
+def _conn_state(saw_syn, saw_synack, c_fin, s_fin, c_rst, s_rst):
+    """Zeek's conn_state as an index into CONN_STATES."""
+    if not saw_syn and not saw_synack:
+        return 0  # OTH
+    if saw_syn and not saw_synack:
+        if s_rst:
+            return 1  # REJ
+        if c_rst:
+            return 2  # RSTOS0
+        if c_fin:
+            return 3  # SH
+        return 4  # S0
+    if not saw_syn:
+        if s_rst:
+            return 5  # RSTRH
+        if s_fin:
+            return 6  # SHR
+        return 0  # OTH
+    if c_rst:
+        return 7  # RSTO
+    if s_rst:
+        return 8  # RSTR
+    if c_fin and s_fin:
+        return 9  # SF
+    if c_fin:
+        return 10  # S2
+    if s_fin:
+        return 11  # S3
+    return 12  # S1
+
+
+ConnectionStats = namedtuple("ConnectionStats", [
+    "first_row", "first_ts", "last_ts", "first_frame", "last_frame", "packets", "bytes", "syn_row",
+    "syn_ts", "synack_ts", "hs_ack_ts", "saw_syn", "saw_synack", "fin", "rst", "reused", "history",
+    "history_len", "state"])
+
+
+@njit(cache=True)
+def connection_stats(conn, from_client, frame, ts, flags, seglen, window, seq, ack, reused, is_retx, n_conn):
+    """Per connection, in one pass over its segments (capture order): first row, time and frame span,
+    packets and bytes per direction ([:, 0] client, [:, 1] server), each direction's first segment with
+    SYN (its options are the connection's), the handshake's times, FIN/RST seen, the Zeek history and
+    conn_state. A time is -1 where the event was not seen."""
+    first_row = np.full(n_conn, -1, np.int64)
+    first_ts = np.zeros(n_conn, np.int64)
+    last_ts = np.zeros(n_conn, np.int64)
+    first_frame = np.zeros(n_conn, np.uint32)
+    last_frame = np.zeros(n_conn, np.uint32)
+    packets = np.zeros((n_conn, 2), np.uint32)
+    nbytes = np.zeros((n_conn, 2), np.uint64)
+    syn_row = np.full((n_conn, 2), -1, np.int64)
+    syn_ts = np.full(n_conn, -1, np.int64)
+    synack_ts = np.full(n_conn, -1, np.int64)
+    synack_seq = np.zeros(n_conn, np.int64)
+    saw_syn = np.zeros(n_conn, np.bool_)
+    saw_synack = np.zeros(n_conn, np.bool_)
+    fin = np.zeros((n_conn, 2), np.bool_)
+    rst = np.zeros((n_conn, 2), np.bool_)
+    any_reused = np.zeros(n_conn, np.bool_)
+    n_letters = N_EVENTS
+    event_frame = np.full((n_conn, 2, n_letters), -1, np.int64)  # first frame of each event, per direction
+    n = conn.shape[0]
+    for i in range(n):
+        c = np.int64(conn[i])
+        d = 0 if from_client[i] else 1
+        f = np.int64(flags[i])
+        fr = np.int64(frame[i])
+        t = np.int64(ts[i])
+        length = np.int64(seglen[i])
+        if first_row[c] < 0:
+            first_row[c] = i
+            first_ts[c], last_ts[c], first_frame[c], last_frame[c] = t, t, fr, fr
+        else:
+            first_ts[c] = min(first_ts[c], t)
+            last_ts[c] = max(last_ts[c], t)
+            first_frame[c] = min(np.int64(first_frame[c]), fr)
+            last_frame[c] = max(np.int64(last_frame[c]), fr)
+        packets[c, d] += 1
+        nbytes[c, d] += np.uint64(length)
+        if f & SYN and syn_row[c, d] < 0:
+            syn_row[c, d] = i
+        if d == 0 and f & (SYN | ACK) == SYN and not saw_syn[c]:
+            saw_syn[c] = True
+            syn_ts[c] = t
+        if d == 1 and f & (SYN | ACK) == SYN | ACK and not saw_synack[c]:
+            saw_synack[c] = True
+            synack_ts[c] = t
+            synack_seq[c] = np.int64(seq[i])
+        if f & FIN:
+            fin[c, d] = True
+        if f & RST:
+            rst[c, d] = True
+        if reused[i]:
+            any_reused[c] = True
+        ev = _segment_events(f, length, np.int64(window[i]), is_retx[i])
+        for k in range(n_letters):
+            if ev & (1 << k) and (event_frame[c, d, k] < 0 or fr < event_frame[c, d, k]):
+                event_frame[c, d, k] = fr
+    # The ACK that completes the handshake: the client's earliest ACK (no SYN) at or after the SYN/ACK
+    # acknowledging the server's ISN.
+    hs_ack_ts = np.full(n_conn, -1, np.int64)
+    for i in range(n):
+        c = np.int64(conn[i])
+        if from_client[i] and saw_synack[c] and np.int64(flags[i]) & (SYN | ACK) == ACK \
+                and np.int64(ts[i]) >= synack_ts[c] and np.int64(ack[i]) == (synack_seq[c] + 1) & 0xFFFFFFFF:
+            if hs_ack_ts[c] < 0 or np.int64(ts[i]) < hs_ack_ts[c]:
+                hs_ack_ts[c] = np.int64(ts[i])
+    # history: each direction's events by first frame (a tie, within one frame, in letter order)
+    history = np.zeros((n_conn, MAX_HISTORY), np.uint8)
+    history_len = np.zeros(n_conn, np.int64)
+    key_frame = np.empty(MAX_HISTORY, np.int64)
+    key_letter = np.empty(MAX_HISTORY, np.uint8)
+    state = np.empty(n_conn, np.uint8)
+    for c in range(n_conn):
+        m = 0
+        for d in range(2):
+            for k in range(n_letters):
+                fr = event_frame[c, d, k]
+                if fr < 0:
+                    continue
+                letter = _LETTER_CODES[d * n_letters + k]
+                j = m  # insertion sort by (frame, letter)
+                while j > 0 and (key_frame[j - 1] > fr or (key_frame[j - 1] == fr and key_letter[j - 1] > letter)):
+                    key_frame[j] = key_frame[j - 1]
+                    key_letter[j] = key_letter[j - 1]
+                    j -= 1
+                key_frame[j] = fr
+                key_letter[j] = letter
+                m += 1
+        for j in range(m):
+            history[c, j] = key_letter[j]
+        history_len[c] = m
+        state[c] = _conn_state(saw_syn[c], saw_synack[c], fin[c, 0], fin[c, 1], rst[c, 0], rst[c, 1])
+    return ConnectionStats(first_row, first_ts, last_ts, first_frame, last_frame, packets, nbytes, syn_row,
+                           syn_ts, synack_ts, hs_ack_ts, saw_syn, saw_synack, fin, rst, any_reused, history,
+                           history_len, state)
+
+
+def _texts(name: str, codes: np.ndarray, texts) -> pl.Series:
+    """A String column of ``texts[code]`` per row (a gather: no Python string per row)."""
+    return pl.Series(name, list(texts), dtype=pl.String).gather(codes.astype(np.int64))
+
+
+def _history_texts(history: np.ndarray) -> pl.Series:
+    """The history column from the kernel's (connections x MAX_HISTORY) letters, NUL padded: each
+    distinct history is decoded once (a capture has few)."""
+    distinct, codes = np.unique(history.view(f"S{MAX_HISTORY}").ravel(), return_inverse=True)
+    return _texts("history", codes, (h.decode("ascii") for h in distinct))
+
+
+def _option(name, values, valid_values, rows, dtype):
+    """A per-connection column of a segment option from the rows ``rows`` (-1: no such segment: null)."""
+    have = rows >= 0
+    at = np.where(have, rows, 0)
+    return columns.series(name, values[at].astype(dtype), have & valid_values[at])
+
+
+def connections_frame(seg: dict, n_conn: int, address_dtype: pl.DataType) -> pl.DataFrame:
+    """One row per connection from per-segment NumPy arrays (capture order): conn, from_client, frame,
+    ts_ns, src, dst (address codes of ``address_dtype``), sport, dport, tcp_flags, seq, ack, window,
+    payload_len, reused, is_retransmission, client_by (per connection: CLIENT_BY index) and the SYN
+    options: mss, wscale, sack_perm (values, and ``*_valid``), has_ts_val."""
+    st = connection_stats(seg["conn"], seg["from_client"], seg["frame"], seg["ts_ns"], seg["tcp_flags"],
+                          seg["payload_len"], seg["window"], seg["seq"], seg["ack"], seg["reused"],
+                          seg["is_retransmission"], n_conn)
+    first = st.first_row
+    client_first = seg["from_client"][first]
+    src, dst = seg["src"][first], seg["dst"][first]
+    sport, dport = seg["sport"][first], seg["dport"][first]
+    addresses = {"client": np.where(client_first, src, dst), "server": np.where(client_first, dst, src)}
+    cols = [pl.Series("conn", np.arange(n_conn, dtype=np.uint32)),
+            columns.enum_from_codes(pl.Series("client", addresses["client"]), address_dtype),
+            pl.Series("client_port", np.where(client_first, sport, dport)),
+            columns.enum_from_codes(pl.Series("server", addresses["server"]), address_dtype),
+            pl.Series("server_port", np.where(client_first, dport, sport)),
+            _texts("client_by", seg["client_by"], CLIENT_BY),
+            pl.Series("first_ts_ns", st.first_ts), pl.Series("last_ts_ns", st.last_ts),
+            pl.Series("first_frame", st.first_frame), pl.Series("last_frame", st.last_frame),
+            pl.Series("client_packets", st.packets[:, 0].copy()), pl.Series("server_packets", st.packets[:, 1].copy()),
+            pl.Series("client_bytes", st.bytes[:, 0].copy()), pl.Series("server_bytes", st.bytes[:, 1].copy())]
+    syn_rows = {"client": st.syn_row[:, 0].copy(), "server": st.syn_row[:, 1].copy()}
+    for option, dtype in (("mss", np.uint16), ("wscale", np.uint8), ("sack_perm", np.bool_)):
+        for who in ("client", "server"):
+            cols.append(_option(f"{who}_{option}", seg[option], seg[f"{option}_valid"], syn_rows[who], dtype))
+    for who in ("client", "server"):
+        rows = syn_rows[who]
+        cols.append(pl.Series(f"{who}_timestamps", (rows >= 0) & seg["has_ts_val"][np.where(rows >= 0, rows, 0)]))
+    syn_ts, synack_ts, hs_ack_ts = st.syn_ts, st.synack_ts, st.hs_ack_ts
+    saw_syn, saw_synack, have_ack = st.saw_syn, st.saw_synack, hs_ack_ts >= 0
+    fin, rst = st.fin, st.rst
+    cols += [columns.series("syn_ts_ns", syn_ts, saw_syn), columns.series("synack_ts_ns", synack_ts, saw_synack),
+             pl.Series("saw_syn", saw_syn), pl.Series("saw_synack", saw_synack),
+             pl.Series("client_fin", fin[:, 0].copy()), pl.Series("server_fin", fin[:, 1].copy()),
+             pl.Series("client_rst", rst[:, 0].copy()), pl.Series("server_rst", rst[:, 1].copy()),
+             pl.Series("reused_ports", st.reused),
+             _history_texts(st.history), _texts("conn_state", st.state, CONN_STATES),
+             columns.series("rtt_client_server_ns", synack_ts - syn_ts, saw_syn & saw_synack),
+             columns.series("rtt_server_client_ns", hs_ack_ts - synack_ts, have_ack),
+             columns.series("handshake_rtt_ns", hs_ack_ts - syn_ts, have_ack & saw_syn),
+             pl.Series("duration_ns", st.last_ts - st.first_ts),
+             pl.Series("saw_start", saw_syn),
+             pl.Series("saw_end", (fin[:, 0] & fin[:, 1]) | rst[:, 0] | rst[:, 1])]
+    return pl.DataFrame(cols)

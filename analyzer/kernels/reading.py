@@ -1,0 +1,90 @@
+"""Walking, decoding and address interning in one pass: the record walkers (records.py), the header
+decoder (headers.py) and the address table (intern.py) take turns on batches of :data:`WALK_BATCH`
+records.
+
+Walking is a chain of dependent reads through the file (each record's length says where the next one
+starts); the walkers prefetch the bytes ahead of them, and decoding the records right after walking
+them reads their headers from cache instead of from memory a second time. The 128-bit addresses only
+live in a batch-sized scratch until they are interned, instead of 33 bytes a packet for the chunk.
+"""
+import numpy as np
+from numba import njit
+
+from . import records as rk
+from .headers import LINKTYPE_NOT_PACKET, N_FIELDS, AddressScratch, decode_block
+from .intern import intern_both_kernel
+
+WALK_BATCH = 256  # records walked before they are decoded: their bytes (~256 x 1.5 KB at most) stay in L2
+STOP_TABLE_FULL = 100  # the address table may not hold another batch: grow it and call again from the row returned
+
+
+@njit(cache=True)
+def _address_scratch():
+    """A batch's addresses until they are interned (headers.ADDRESS_FIELDS)."""
+    return AddressScratch(np.empty(WALK_BATCH, np.uint64), np.empty(WALK_BATCH, np.uint64),
+                          np.empty(WALK_BATCH, np.uint64), np.empty(WALK_BATCH, np.uint64),
+                          np.empty(WALK_BATCH, np.uint8))
+
+
+@njit(cache=True)
+def _intern_batch(scratch, lo, hi, table, src_ids, dst_ids):
+    intern_both_kernel(scratch.src_hi, scratch.src_lo, scratch.dst_hi, scratch.dst_lo, scratch.family, 0, hi - lo,
+                       table.slots, table.addr_hi, table.addr_lo, table.addr_fam, table.count,
+                       src_ids[lo:hi], dst_ids[lo:hi])
+
+
+@njit(cache=True, inline="always")
+def _table_full(table):
+    return table.count[0] + 2 * WALK_BATCH > table.addr_hi.shape[0]
+
+
+@njit(cache=True)
+def read_pcap(buf, off, big_endian, nanosecond, record_header_len, snaplen, linktype, recs, hdr, first, table,
+              src_ids, dst_ids, state, counts):
+    """Walk and decode classic pcap records from ``off`` into rows ``first``.. of ``recs``, ``hdr`` and the
+    address ids. Returns (index after the last row filled, next_offset, stop) as
+    :func:`records.walk_pcap`, or with :data:`STOP_TABLE_FULL`."""
+    capacity = recs.data_off.shape[0]
+    linktype_of = np.full(capacity, linktype, np.int32)
+    scratch = _address_scratch()
+    fields = np.zeros(N_FIELDS, np.int64)
+    n = first
+    stop = rk.STOP_FULL
+    while n < capacity:
+        if _table_full(table):
+            return n, off, STOP_TABLE_FULL
+        m, off, stop = rk.walk_pcap(buf, off, big_endian, nanosecond, record_header_len, snaplen, recs, n,
+                                    min(n + WALK_BATCH, capacity), state, counts)
+        decode_block(buf, recs, n, m, linktype_of, hdr, scratch, fields)
+        _intern_batch(scratch, n, m, table, src_ids, dst_ids)
+        n = m
+        if stop != rk.STOP_FULL:
+            break
+    return n, off, stop
+
+
+@njit(cache=True)
+def read_pcapng(buf, off, recs, hdr, first, table, src_ids, dst_ids, ifaces, state, counts):
+    """Walk and decode pcapng blocks from ``off`` as :func:`read_pcap`; a record that is not a packet
+    (custom block, journal entry) gets a row that decodes as NOT_PACKET."""
+    capacity = recs.data_off.shape[0]
+    linktype_of = np.empty(capacity, np.int32)
+    scratch = _address_scratch()
+    fields = np.zeros(N_FIELDS, np.int64)
+    n = first
+    stop = rk.STOP_FULL
+    while n < capacity:
+        if _table_full(table):
+            return n, off, STOP_TABLE_FULL
+        m, off, stop = rk.walk_pcapng(buf, off, recs, n, min(n + WALK_BATCH, capacity), ifaces, state, counts)
+        for i in range(n, m):
+            if recs.kind[i] == rk.KIND_PACKET:
+                linktype_of[i] = ifaces.linktype[recs.iface[i]]
+            else:
+                linktype_of[i] = LINKTYPE_NOT_PACKET
+        decode_block(buf, recs, n, m, linktype_of, hdr, scratch, fields)
+        _intern_batch(scratch, n, m, table, src_ids, dst_ids)
+        n = m
+        if stop != rk.STOP_FULL:
+            break
+    return n, off, stop
