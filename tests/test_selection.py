@@ -83,3 +83,40 @@ def test_stats_takes_the_same_selection(capsys):
     assert doc["selection"]["packets_selected"] < doc["selection"]["packets_total"]
     client_leg = [r for r in doc["stats"] if r["leg"] == "client_to_resolver"]
     assert [r["count"] for r in client_leg] == [60]  # one herd of 60 clients in 20-30 s, not all three
+
+
+CHURN = SAMPLES / "ldap-conn-churn.pcap"  # LDAP over TCP: selection before TCP reassembly
+
+
+def test_port_selection_of_a_tcp_capture_reassembles_only_the_selected_packets():
+    """The TCP framings read payload columns of the selected packets by frame number: after a selection,
+    frame numbers are no longer row positions (a gather by ``frame - 1`` read the wrong rows or ran off
+    the end; ``scan --port 389`` of this sample was an internal error)."""
+    with open_capture(CHURN) as cap:
+        whole = cap.frame("ldap_messages")
+    with open_capture(CHURN) as cap:
+        # a port the LDAP traffic does not use, and the LDAP port: the first keeps no LDAP message,
+        # the second keeps every one, with the same rows as the unselected run
+        apply(cap, Selection.from_options(None, None, (), (389,)))
+        assert 0 < cap.packets.height
+        assert cap.frame("ldap_messages").equals(whole)
+    with open_capture(CHURN) as cap:
+        first = cap.packets.sort("ts_ns")["ts_ns"]
+        half_s = (int(first[-1]) - int(first[0])) / 2e9
+        apply(cap, Selection.from_options(str(half_s), None, (), ()))
+        kept = set(cap.packets["frame"].to_list())
+        later = cap.frame("ldap_messages")
+    assert later.height and set(later["frame_first"].to_list()) <= kept
+    assert later.height < whole.height
+
+
+def test_scan_with_a_port_selection_of_a_tcp_capture_finds_the_churn(capsys):
+    """The 14 packets off port 389 (DNS before the churn) do not change the churn finding: same id."""
+    main(["scan", "--format", "json", str(CHURN)])
+    whole = json.loads(capsys.readouterr().out)
+    code = main(["scan", "--format", "json", str(CHURN), "--port", "389", "--fail-on", "medium"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == ExitCode.FINDINGS
+    assert doc["captures"][0]["selection"]["packets_selected"] < whole["captures"][0]["packets"]
+    churn = lambda d: [f["finding_id"] for f in d["findings"] if f["detector"] == "conn_churn"]  # noqa: E731
+    assert churn(doc) == churn(whole) and churn(doc)

@@ -337,9 +337,12 @@ def _payload_segments(cap) -> pl.DataFrame:
         seg = seg.filter((pl.col("seglen") > 0) | ((pl.col("tcp_flags") & 0x02) != 0)).select(
             "frame", "ts_ns", "conn", "from_client", "tcp_flags",
             (pl.col("conn").cast(pl.Int64) * 2 + (~pl.col("from_client")).cast(pl.Int64)).alias("dir"))
-        # frame numbers are row positions in packets (1-based): a gather, not a join
-        cols = cap.packets.select("seq", "payload_len", "payload_caplen",
-                                  "payload_offset")[(seg["frame"].cast(pl.Int64) - 1).to_numpy()]
+        # a gather, not a join: packets is in frame order, so a segment's row is where its frame number
+        # sorts in packets' frame column (frame - 1 on a whole capture; not after a --start/--host/--port
+        # selection, which keeps some rows only)
+        packets = cap.packets
+        rows = np.searchsorted(packets["frame"].to_numpy(), seg["frame"].to_numpy())
+        cols = packets.select("seq", "payload_len", "payload_caplen", "payload_offset")[rows]
         return pl.concat([seg, cols], how="horizontal").sort("dir", "frame")
     return cap.memo("tcp_payload_segments", build)
 
