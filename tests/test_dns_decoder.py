@@ -723,3 +723,32 @@ def test_throughput_on_replicated_real_messages():
     # random ids and clients collide now and then (same client, port, id and question in flight)
     assert m.height == 1_000_000 and t.height > 499_000 and t["answered"].mean() > 0.999
     assert m.height / (t1 - t0) > 300_000  # a loose floor: CI machines vary
+
+
+# --- text columns ----------------------------------------------------------------------------------
+
+
+def test_arena_strings_views_equal_python_strings():
+    """text.arena_strings hands Polars Arrow string views (inline up to 12 bytes, else prefix + offset):
+    the values, nulls, comparisons and sorting are those of the same Python strings, whatever the
+    length (the 12/13-byte boundary), order of the rows in the arena, or sharing of bytes."""
+    from analyzer.decoders.text import arena_strings
+
+    words = ["", "a", "example.com", "abcdefghijkl", "abcdefghijklm", "é€-long-enough-name.example.org",
+             "abcdefghijklmnopqrstuvwxyz" * 4]
+    raw = b"".join(w.encode() for w in words)
+    arena = np.frombuffer(raw + raw, np.uint8)
+    lengths = np.array([len(w.encode()) for w in words], np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    for start, valid in ((starts, None), (starts[::-1].copy() + len(raw), None),
+                         (starts, np.array([k % 3 != 1 for k in range(len(words))]))):
+        lens = lengths if start is starts else lengths[::-1].copy()
+        expected = [w for w in (words if start is starts else words[::-1])]
+        if valid is not None:
+            expected = [w if v else None for w, v in zip(expected, valid)]
+        got = arena_strings("s", arena, start, lens, valid)
+        want = pl.Series("s", expected, dtype=pl.String)
+        assert got.dtype == pl.String and got.to_list() == expected
+        assert got.equals(want) and got.sort().equals(want.sort())
+        assert (got == "abcdefghijklm").equals(want == "abcdefghijklm")
+        assert got.str.starts_with("abcd").equals(want.str.starts_with("abcd"))

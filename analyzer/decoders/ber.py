@@ -488,9 +488,9 @@ def stack_sets(sets, parts):
     ts = base["ts_last_ns"].to_numpy()[u]
     fr = base["frame_last"].to_numpy()[u]
     order = np.lexsort((np.arange(u.shape[0]), fr, ts))
-    if not np.all(order[1:] > order[:-1]):
-        u, ints, spans = u[order], ints[:, order], spans[:, order]
-    return base[u] if not np.array_equal(u, np.arange(base.height)) else base, ints, spans, arena
+    if not np.all(order[1:] > order[:-1]):  # np.take: 1/3 the time of [:, order]; gathers from one chunk
+        u, ints, spans = u[order], np.take(ints, order, axis=1), np.take(spans, order, axis=1)
+    return base.rechunk()[u] if not np.array_equal(u, np.arange(base.height)) else base, ints, spans, arena
 
 
 # --- UTF-8 text ------------------------------------------------------------------------------------

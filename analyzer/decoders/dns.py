@@ -335,7 +335,7 @@ def decode_messages(sets: Sequence[MessageSet]) -> pl.DataFrame:
     frame = pl.concat(frames, rechunk=False) if len(frames) > 1 else frames[0]
     last = frame["frame_last"].to_numpy()
     if len(last) > 1 and (np.diff(last.astype(np.int64)) < 0).any():
-        frame = frame[np.argsort(last, kind="stable")]
+        frame = frame.rechunk()[np.argsort(last, kind="stable")]  # one chunk: half the gather's time
     return frame
 
 
@@ -450,14 +450,14 @@ def _marked(messages: pl.DataFrame, p: _Pairing) -> pl.DataFrame:
 
 def _transactions(messages: pl.DataFrame, p: _Pairing, params: Params) -> pl.DataFrame:
     answered = p.ans_row >= 0
-    req = messages[p.req_row].select(
+    req = messages.select(  # the columns first, then the gather (not every message column)
         pl.lit("dns").alias("protocol"), "transport", "flow", pl.col("src").alias("client"),
         pl.col("sport").alias("client_port"), pl.col("dst").alias("server"), pl.col("dport").alias("server_port"),
         pl.when(pl.col("opcode") == 0).then(pl.col("qtype_name")).otherwise(None)
         .fill_null(pl.col("opcode_name")).alias("operation"),
         pl.col("qname").alias("resource"),
         pl.col("frame_last").alias("request_frame"), pl.col("ts_last_ns").alias("request_ts_ns"),
-        "id", "qtype")
+        "id", "qtype")[p.req_row]
     ans = messages.select(
         pl.col("frame_last").alias("response_frame"), pl.col("ts_last_ns").alias("response_ts_ns"),
         pl.col("rcode_name").alias("status"), "rcode", pl.col("tc").alias("truncated"), "ancount",

@@ -285,6 +285,13 @@ def _match(flow, ts, is_request, kind, ref, req_kind, req_ts, n_resp, timeout):
     return resp_req, dup
 
 
+_REQUEST_COLUMNS = ("transport", "flow", "src", "dst", "sport", "dport", "frame_last", "ts_last_ns", "message",
+                    "msg_type", "cname", "realm", "sname", "nonce", "etypes", "padata_types", "preauth",
+                    "kdc_options", "tgs_ticket_sname")  # what a transaction keeps of its request
+_RESPONSE_COLUMNS = ("transport", "flow", "frame_last", "ts_last_ns", "message", "error_code", "error_name",
+                     "e_text", "ticket_etype", "enc_etype", "cname")  # and of its reply
+
+
 def pair_transactions(messages: pl.DataFrame, params: Params = Params()) -> pl.DataFrame:
     """kerberos_messages → kerberos_transactions (rules in the module docstring).
 
@@ -293,8 +300,11 @@ def pair_transactions(messages: pl.DataFrame, params: Params = Params()) -> pl.D
     and order (the latest unanswered request of its kind on the flow); the request nonce still tells
     retransmissions apart."""
     m = messages.with_row_index("_row")
-    req = m.filter(pl.col("message").is_in(_REQUEST_KINDS)).sort("ts_last_ns", "_row")
-    resp = m.filter(pl.col("message").is_in(["AS-REP", "TGS-REP", "KRB-ERROR"])).sort("ts_last_ns", "_row")
+    # only the columns each side reads are filtered and sorted (not every message column)
+    req = m.filter(pl.col("message").is_in(_REQUEST_KINDS)).select("_row", *_REQUEST_COLUMNS) \
+        .sort("ts_last_ns", "_row")
+    resp = m.filter(pl.col("message").is_in(["AS-REP", "TGS-REP", "KRB-ERROR"])) \
+        .select("_row", *_RESPONSE_COLUMNS).sort("ts_last_ns", "_row")
     if req.height == 0:
         return empty_frame(TRANSACTION_COLUMNS)
     req = req.with_row_index("_req")

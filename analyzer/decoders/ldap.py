@@ -216,10 +216,10 @@ class Params:
 
 # --- Python side ------------------------------------------------------------------------------------
 
-def _kernel(ms: MessageSet):
+def _kernel(ms: MessageSet, set_units=None):
     from .ldap_kernels import decode_all  # lazy: Numba kernels, only with LDAP messages
 
-    u_start, u_end, u_kind, u_msg, u_index = units(ms)
+    u_start, u_end, u_kind, u_msg, u_index = units(ms) if set_units is None else set_units
     total = u_start.shape[0]
     ints = np.empty((N_INTS, total), np.int64)
     spans = np.empty((2 * N_STRS, total), np.int64)
@@ -250,13 +250,17 @@ _NAMED_COLUMNS = {  # column -> (field, names)
 }
 
 
-def decode_messages(sets: list[MessageSet]) -> pl.DataFrame:
+def decode_messages(sets: list[MessageSet], set_units=None) -> pl.DataFrame:
     """LDAP message sets (BER-framed TCP messages, CLDAP datagrams) → ldap_messages, one row per
-    LDAPMessage (or per opaque / undecodable framed message), in time order."""
-    sets = [ms for ms in sets if ms.height]
-    if not sets:
+    LDAPMessage (or per opaque / undecodable framed message), in time order. ``set_units``: each set's
+    :func:`units`, when the caller has them (the builder shares them with ``ldap_sync``)."""
+    if set_units is None:
+        set_units = [None] * len(sets)
+    pairs = [(ms, u) for ms, u in zip(sets, set_units) if ms.height]
+    if not pairs:
         return empty_frame(MESSAGE_COLUMNS)
-    base, ints, spans, arena = ber.stack_sets(sets, [_kernel(ms) for ms in sets])
+    sets = [ms for ms, _ in pairs]
+    base, ints, spans, arena = ber.stack_sets(sets, [_kernel(ms, u) for ms, u in pairs])
     decoded = pl.DataFrame([
         *[ber.int_column(name, ints[k], dtype) for name, (k, dtype) in _INT_COLUMNS.items()],
         ber.int_column("op_code", ints[I_OP], pl.UInt8),
@@ -273,15 +277,24 @@ def decode_messages(sets: list[MessageSet]) -> pl.DataFrame:
 
 # --- transactions -------------------------------------------------------------------------------------
 
+_REQUEST_COLUMNS = ("transport", "flow", "src", "dst", "sport", "dport", "frame_last", "ts_last_ns", "sasl",
+                    "message_id", "op_code", "op", "dn", "auth", "sasl_mechanism", "scope", "deref_aliases",
+                    "filter", "attributes", "oid", "abandon_id")  # what a transaction keeps of its request
+_RESPONSE_COLUMNS = ("transport", "flow", "message_id", "ts_last_ns", "frame_last", "op_code", "result_code",
+                     "result", "matched_dn", "diagnostic_message")  # and of its responses
+
+
 def pair_transactions(messages: pl.DataFrame, params: Params = Params()) -> pl.DataFrame:
     """ldap_messages → ldap_transactions (rules in the module docstring)."""
     m = messages.filter(pl.col("op_code").is_not_null() & pl.col("message_id").is_not_null()) \
         .with_row_index("_row")
-    req = m.filter(pl.col("op_code").is_in(list(REQUEST_OPS))).sort("ts_last_ns", "_row")
+    # only the columns each side reads are filtered and sorted (not every message column)
+    req = m.filter(pl.col("op_code").is_in(list(REQUEST_OPS))).select("_row", *_REQUEST_COLUMNS) \
+        .sort("ts_last_ns", "_row")
     if req.height == 0:
         return empty_frame(TRANSACTION_COLUMNS)
     req = req.with_row_index("_req")
-    resp = m.filter(~pl.col("op_code").is_in(list(REQUEST_OPS)))
+    resp = m.filter(~pl.col("op_code").is_in(list(REQUEST_OPS))).select("_row", *_RESPONSE_COLUMNS)
     # CLDAP flow ids and TCP connection ids are separate numberings: key by transport too
     key = ["_transport", "flow", "message_id"]
     req = req.with_columns(pl.col("transport").cast(pl.String).alias("_transport"))
@@ -350,7 +363,12 @@ def message_sets(cap) -> list[MessageSet]:
 
 @frame_builder("ldap_messages")
 def _build_messages(cap) -> pl.DataFrame:
-    return decode_messages(message_sets(cap))
+    # ldap_sync reads the same LDAPMessages: one framing pass and one pass 1 give both frames
+    sets = [ms for ms in message_sets(cap) if ms.height]
+    set_units = [units(ms) for ms in sets]
+    if "ldap_sync" not in cap.built_frames():
+        cap.set_frame("ldap_sync", ldap_sync.decode_sync(sets, set_units))
+    return decode_messages(sets, set_units)
 
 
 def outcome_rules() -> tuple[str, str]:
@@ -371,5 +389,12 @@ def _build_transactions(cap) -> pl.DataFrame:
 
 @frame_builder("ldap_sync")
 def _build_sync(cap) -> pl.DataFrame:
-    """RFC 4533 content synchronisation and replicated entry states (:mod:`.ldap_sync`)."""
-    return ldap_sync.decode_sync(message_sets(cap))
+    """RFC 4533 content synchronisation and replicated entry states (:mod:`.ldap_sync`); built with
+    ``ldap_messages`` (its builder), or on its own when that frame came from elsewhere."""
+    built = cap.built_frames()
+    if "ldap_sync" in built:
+        return built["ldap_sync"]
+    if "ldap_messages" in built:
+        return ldap_sync.decode_sync(message_sets(cap))
+    cap.frame("ldap_messages")
+    return cap.built_frames()["ldap_sync"]

@@ -122,13 +122,14 @@ FRAMES.setdefault("ldap_sync", SYNC_COLUMNS)
 _STR_NAMES = ("dn", "_uuid_ctrl", "cookie", "entry_csn", "_uuid_attr", "conflict_guid")
 
 
-def _set_rows(ms) -> tuple[pl.DataFrame, pl.DataFrame] | None:
-    u_start, u_end, u_kind, u_msg, _ = units(ms)
+def _set_rows(ms, set_units=None) -> tuple[pl.DataFrame, pl.DataFrame] | None:
+    u_start, u_end, u_kind, u_msg, _ = units(ms) if set_units is None else set_units
     n = u_start.shape[0]
     if n == 0:
         return None
-    ints = np.empty((K.N_Q, n), np.int64)
+    ints = np.empty((K.N_Q, n), np.int64)  # filled for the kept rows only: pages of the rest stay untouched
     spans = np.empty((2 * K.N_T, n), np.int64)
+    kept_units = np.empty(n, np.int64)
     size = int((u_end - u_start).sum()) * 2 + 64 * n + 1024
     cap_children = 8 * n + 64
     while True:  # grow on the rare overflow (escapes, many attributes)
@@ -137,8 +138,8 @@ def _set_rows(ms) -> tuple[pl.DataFrame, pl.DataFrame] | None:
         c_ints = np.empty((K.N_C, cap_children), np.int64)
         c_hash = np.empty(cap_children, np.uint64)
         c_spans = np.empty((4, cap_children), np.int64)
-        used, nc = K.sync_decode(ms.buf, u_start, u_end, u_kind, ints, spans, arena, c_row, c_ints, c_hash,
-                                 c_spans)
+        used, nc, kept = K.sync_decode(ms.buf, u_start, u_end, u_kind, ints, spans, kept_units, arena, c_row,
+                                       c_ints, c_hash, c_spans)
         if used >= 0 and nc >= 0:
             break
         if used < 0:
@@ -146,22 +147,14 @@ def _set_rows(ms) -> tuple[pl.DataFrame, pl.DataFrame] | None:
         if nc < 0:
             cap_children *= 2
     arena = arena[:used]
-    op = ints[K.Q_OP]
-    ctrl = ints[K.Q_CTRL]
-    has_csn = spans[2 * K.T_CSN + 1] >= 0
-    has_uuid = spans[2 * K.T_UUID_ATTR + 1] >= 0
-    keep = (((ctrl & K.CTRL_REQUEST) != 0) & (op == 3)) | ((op == 4) & (((ctrl & K.CTRL_STATE) != 0) | has_csn
-                                                                       | has_uuid | (ints[K.Q_CNF] == 1))) \
-        | (((ctrl & K.CTRL_DONE) != 0) & (op == 5)) | (((ctrl & K.CTRL_INFO) != 0) & (op == 25)) \
-        | np.isin(op, list(WRITE_KINDS))
-    rows = np.flatnonzero(keep)
+    rows = kept_units[:kept]  # the units that are rows of the frame (ldap_sync_kernels._kept)
     if rows.shape[0] == 0:
         return None
     base = ms.frame[u_msg[rows]].select(
         pl.col("frame_last").alias("frame"), pl.col("ts_last_ns").alias("ts_ns"),
         pl.col("transport").cast(pl.String), "flow", pl.col("src").cast(pl.String), pl.col("dst").cast(pl.String),
         "sport", "dport")
-    sub_i, sub_s = ints[:, rows], spans[:, rows]
+    sub_i, sub_s = ints[:, :kept], spans[:, :kept]
     dec = pl.DataFrame([
         ber.int_column("message_id", sub_i[K.Q_MSGID], pl.Int64),
         ber.int_column("_op", sub_i[K.Q_OP], pl.Int64),
@@ -237,9 +230,12 @@ def _finish(frame: pl.DataFrame, children: pl.DataFrame) -> pl.DataFrame:
     return out.select([pl.col(c.name).cast(polars_type(c)) for c in SYNC_COLUMNS])
 
 
-def decode_sync(sets) -> pl.DataFrame:
-    """LDAP message sets → ldap_sync rows, in time order (rules in the module docstring)."""
-    parts = [p for p in (_set_rows(ms) for ms in sets if ms.height) if p is not None]
+def decode_sync(sets, set_units=None) -> pl.DataFrame:
+    """LDAP message sets → ldap_sync rows, in time order (rules in the module docstring). ``set_units``:
+    each set's :func:`.ldap_message_units.units`, when the caller has them (shared with ldap_messages)."""
+    if set_units is None:
+        set_units = [None] * len(sets)
+    parts = [p for p in (_set_rows(ms, u) for ms, u in zip(sets, set_units) if ms.height) if p is not None]
     if not parts:
         return empty_frame(SYNC_COLUMNS)
     out = [_finish(frame, children) for frame, children in parts]

@@ -306,6 +306,25 @@ def _attributes(buf, p, e, mend, row, modify, f, arena, apos, sp, c_row, c_ints,
 
 
 @helper
+def _may_replicate(buf, p, e, mend):
+    """Whether the attribute list (``SEQUENCE OF PartialAttribute``) of a searchResultEntry at ``p``
+    names ``entryCSN`` or ``entryUUID``, or cannot be walked: without that, a Sync State control or a
+    conflict DN the entry is not an ``ldap_sync`` row, and its values need no reading (digests, text)."""
+    ls, le, q, st = expect(buf, p, e, mend, SEQ)
+    if st != OK:
+        return True
+    q = ls
+    while q < le:
+        xs, xe, q, st = expect(buf, q, le, mend, SEQ)
+        if st != OK:
+            return True
+        ns, ne, r, st = expect(buf, xs, xe, mend, OCTETS)
+        if st != OK or bytes_equal(buf, ns, ne, ENTRY_CSN, True) or bytes_equal(buf, ns, ne, ENTRY_UUID, True):
+            return True
+    return False
+
+
+@helper
 def _one(buf, s, mend, row, f, sp, arena, apos, c_row, c_ints, c_hash, c_spans, nc):
     """One LDAPMessage at ``s``. Returns (apos, nc): -1 when the arena / the child arrays are full."""
     t, cs, ce, st = read_tlv(buf, s, mend, mend)
@@ -364,6 +383,8 @@ def _one(buf, s, mend, row, f, sp, arena, apos, c_row, c_ints, c_hash, c_spans, 
             apos = put_slot(buf, ds, de, arena, apos, sp, T_DN)
             if num == OP_ENTRY:
                 apos = _cnf(buf, ds, de, f, arena, apos, sp)
+                if f[Q_CNF] == 0 and oe >= ce and not _may_replicate(buf, q, oe, mend):
+                    return apos, nc  # an entry the frame leaves out: its values are not read
             if num == OP_ENTRY or num == OP_MODIFY or num == OP_ADD:
                 f[Q_NATTR] = 0
                 ls, le, q, st = expect(buf, q, oe, mend, SEQ)
@@ -386,14 +407,33 @@ def _one(buf, s, mend, row, f, sp, arena, apos, c_row, c_ints, c_hash, c_spans, 
     return apos, nc
 
 
+@helper
+def _kept(f, sp):
+    """Whether the message just read is an ``ldap_sync`` row (the list in analyzer/decoders/ldap_sync.py)."""
+    op = f[Q_OP]
+    ctrl = f[Q_CTRL]
+    if op == OP_SEARCH_REQUEST:
+        return (ctrl & CTRL_REQUEST) != 0
+    if op == OP_ENTRY:
+        return (ctrl & CTRL_STATE) != 0 or sp[2 * T_CSN + 1] >= 0 or sp[2 * T_UUID_ATTR + 1] >= 0 or f[Q_CNF] == 1
+    if op == OP_DONE:
+        return (ctrl & CTRL_DONE) != 0
+    if op == OP_INTERMEDIATE:
+        return (ctrl & CTRL_INFO) != 0
+    return op == OP_MODIFY or op == OP_ADD or op == OP_DEL or op == OP_MODDN
+
+
 @njit(cache=True)
-def sync_decode(buf, u_start, u_end, u_kind, ints, spans, arena, c_row, c_ints, c_hash, c_spans):
-    """Every LDAPMessage unit → ``ints`` (N_Q, units) / ``spans`` (2 N_T, units), attribute child rows.
-    Returns (arena bytes used, child rows); either -1 when its arrays were too small (grow, run again)."""
+def sync_decode(buf, u_start, u_end, u_kind, ints, spans, rows, arena, c_row, c_ints, c_hash, c_spans):
+    """Every LDAPMessage unit; the frame's rows (:func:`_kept`) → ``rows`` (their unit numbers), ``ints``
+    (N_Q, rows) / ``spans`` (2 N_T, rows), back to back from column 0, and attribute child rows.
+    Returns (arena bytes used, child rows, frame rows); the first two -1 when their arrays were too
+    small (grow, run again)."""
     f = np.empty(N_Q, np.int64)
     sp = np.empty(2 * N_T, np.int64)
     apos = np.int64(0)
     nc = np.int64(0)
+    kept = np.int64(0)
     for i in range(u_start.shape[0]):
         f[:] = NULL
         f[Q_STATUS] = OK
@@ -403,7 +443,10 @@ def sync_decode(buf, u_start, u_end, u_kind, ints, spans, arena, c_row, c_ints, 
         if u_kind[i] == K_LDAP or u_kind[i] == K_SASL_LDAP:
             apos, nc = _one(buf, u_start[i], u_end[i], i, f, sp, arena, apos, c_row, c_ints, c_hash, c_spans, nc)
             if apos < 0 or nc < 0:
-                return apos, nc
-        ints[:, i] = f
-        spans[:, i] = sp
-    return apos, nc
+                return apos, nc, kept
+        if _kept(f, sp):
+            rows[kept] = i
+            ints[:, kept] = f
+            spans[:, kept] = sp
+            kept += 1
+    return apos, nc, kept

@@ -71,9 +71,49 @@ def arena_strings(name: str, arena: np.ndarray, start: np.ndarray, length: np.nd
         _gather(arena, start, length, offsets, data)
     else:
         data = arena[: int(offsets[-1])]
+        if data.shape[0] < offsets[-1]:
+            raise ValueError("arena_strings: rows run past the arena")
     bitmap = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
-    array = pa.Array.from_buffers(pa.large_utf8(), n, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)])
-    return pl.Series(name, pl.from_arrow(array)).cast(pl.String)
+    if offsets[-1] >= _VIEW_OFFSET_LIMIT:  # more than a view's int32 offset reaches: Arrow's large_utf8
+        array = pa.Array.from_buffers(pa.large_utf8(), n, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)])
+        return pl.Series(name, pl.from_arrow(array)).cast(pl.String)
+    # Polars' own layout (Arrow string views): imported without a copy. The views hold strings of at
+    # most 12 bytes themselves; longer ones point into a buffer of their own (a view of a larger arena
+    # would keep all of it alive), none when there are no long strings.
+    views = np.zeros((n, 16), np.uint8)
+    _string_views(data, offsets, length, views)
+    long_bytes = np.ascontiguousarray(data) if (length > _VIEW_INLINE_BYTES).any() else np.zeros(0, np.uint8)
+    if long_bytes.base is not None:
+        long_bytes = long_bytes.copy()
+    array = pa.Array.from_buffers(pa.string_view(), n, [bitmap, pa.py_buffer(views), pa.py_buffer(long_bytes)])
+    return pl.Series(name, pl.from_arrow(array))
+
+
+_VIEW_INLINE_BYTES = 12  # Arrow string view: strings this short live in the 16-byte view
+_VIEW_OFFSET_LIMIT = 1 << 31  # a view's offset into its buffer is an int32
+
+
+@njit(cache=True)
+def _string_views(data, offsets, length, views):
+    """Arrow string views (Arrow's Utf8View, Polars' String) of rows ``data[offsets[i]:offsets[i] +
+    length[i]]`` into the zeroed (rows, 16) ``views``: the length (int32, little-endian), then the bytes
+    when at most 12, else their first 4, buffer 0 and the offset (int32). ``offsets`` is the running
+    sum of ``length`` and ``data`` holds ``offsets[-1]`` bytes (the caller checks), so every read is
+    inside it."""
+    for i in range(length.shape[0]):
+        n = length[i]
+        if n <= 0:
+            continue
+        o = offsets[i]
+        for j in range(4):
+            views[i, j] = (n >> (8 * j)) & 0xFF
+        if n <= 12:
+            for j in range(n):
+                views[i, 4 + j] = data[o + j]
+        else:
+            for j in range(4):
+                views[i, 4 + j] = data[o + j]
+                views[i, 12 + j] = (o >> (8 * j)) & 0xFF
 
 
 @njit(cache=True)
