@@ -191,7 +191,8 @@ def _explain(g: dict, p: Params, res: float) -> str:
 
 def detect(capture, params: Params = Params()) -> pl.DataFrame:
     p = params
-    f = ir.flows(capture, p)
+    # only the clients that may have a timed-out flow: the others can have no incast round
+    f = ir.flows(capture, p, suspects_only=True)
     if f.height == 0:
         return empty_findings()
     g = per_client(ir.rounds(f, p), p)

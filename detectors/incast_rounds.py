@@ -68,6 +68,23 @@ def _turns(s: pl.DataFrame) -> pl.DataFrame:
     return t.collect()
 
 
+def _suspects(seg: pl.DataFrame, conns: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(segments, connections) of the clients that may have a timed-out flow: those with a server
+    segment that could begin one of tcp_stall's data ``rto`` episodes (timed and carrying data or a
+    FIN, not a SYN/ACK, with the flags of a timer's retransmission: every segment of such an episode
+    has them). Any other client has no timed-out flow, hence no incast round; and every measurement
+    here is per connection (turns, episodes) or per client (rounds, base RTT, fan-in), so a suspect's
+    rows are the same as the whole capture's. One pass over the segments' columns; on a capture with
+    few timeouts it leaves a small share of the connections for the expensive part."""
+    flags = pl.col("tcp_flags").fill_null(0)
+    first = (~pl.col("from_client") & pl.col("ts_ns").is_not_null() & ep.TIMER_RETRANSMISSION
+             & ((flags & ep.SYN) == 0) & ((pl.col("seglen") > 0) | ((flags & ep.FIN) != 0)))
+    timed = seg.lazy().filter(first).select("conn").unique()
+    clients = conns.lazy().join(timed, on="conn", how="semi").select("client").unique()
+    kept = conns.lazy().join(clients, on="client", how="semi", nulls_equal=True).collect()
+    return seg.filter(pl.col("conn").is_in(kept["conn"].implode())), kept
+
+
 def _answers(t: pl.DataFrame, upto: str, since: str) -> pl.Series:
     """Per row of ``t``: the answers of its round that began at or before the time in column ``upto``
     (``active_from``) less those that had ended (``active_to``) before the time in ``since``. With
@@ -89,7 +106,7 @@ def _answers(t: pl.DataFrame, upto: str, since: str) -> pl.Series:
     return q.sort("_row").select(level)[:, 0]
 
 
-def flows(capture, p) -> pl.DataFrame:
+def flows(capture, p, suspects_only: bool = False) -> pl.DataFrame:
     """One row per answered request (FLOW_SCHEMA), in rounds per client address: a request starts a
     new round when it comes more than ``max(p.fanout_gap_ns, p.fanout_gap_rtts x base RTT)`` after
     the client's previous one (base RTT: the smallest path RTT of the client's connections).
@@ -100,7 +117,8 @@ def flows(capture, p) -> pl.DataFrame:
     largest ``in_flight_at_start``). ``timed_out``: a tcp_stall rto episode of the server began
     inside the answer and its first silence (``gap_ns``) was at least ``max(p.min_gap_ns,
     p.min_gap_rtts x RTT)``; ``concurrent``: ``in_flight`` reached
-    ``p.min_fan_in``."""
+    ``p.min_fan_in``. ``suspects_only``: only the clients that may have a timed-out flow
+    (:func:`_suspects`; their rows are the same, the detector's early exit)."""
     try:
         seg = capture.frame("tcp_segments")
         conns = capture.frame("connections")
@@ -108,6 +126,10 @@ def flows(capture, p) -> pl.DataFrame:
         return pl.DataFrame(schema=FLOW_SCHEMA)
     if seg.height == 0 or conns.height == 0:
         return pl.DataFrame(schema=FLOW_SCHEMA)
+    if suspects_only:
+        seg, conns = _suspects(seg, conns)
+        if conns.height == 0:
+            return pl.DataFrame(schema=FLOW_SCHEMA)
     res = resolution_ns(capture)
     t, info, eps = _episodes(seg, conns, res)
     if t.height == 0:

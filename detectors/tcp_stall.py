@@ -145,7 +145,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from . import tcp_stall_kinds as ep
+from . import tcp_stall_bursts, tcp_stall_kinds as ep
 from .base import (NS_PER_MS, RESOLUTION_TICKS, SEVERITIES, empty_findings, endpoint_expr, findings, fmt_ns,
                    resolution_ns)
 from .params import LOWER, UPPER, param
@@ -246,10 +246,10 @@ def _segments(seg: pl.DataFrame, conns: tuple[int, int]) -> pl.DataFrame:
     """The segments of connections ``conns`` (first, last id) of ``seg`` (tcp_segments with its row
     index ``_i`` over the rows that have a time, see :func:`_indexed`), in capture order; tcp_segments
     carries ts_ns, tcp_flags and the raw window."""
-    return seg.filter(pl.col("conn").is_between(*conns) & pl.col("ts_ns").is_not_null()).select(
+    return seg.select(  # the columns first: the filter copies only these
         "_i", "frame", "conn", "from_client", "seq_rel", "seglen", "analysis", "acks_frame", "ack_rtt_ns", "rtt_ns",
         "initial_rtt_ns", "ts_ns", "tcp_flags", "window",
-    ).with_columns(
+    ).filter(pl.col("conn").is_between(*conns) & pl.col("ts_ns").is_not_null()).with_columns(
         pl.col("tcp_flags").fill_null(0).cast(pl.Int64),
         pl.col("seglen").cast(pl.Int64),
         pl.col("seq_rel").cast(pl.Int64),
@@ -375,7 +375,8 @@ def _batch_episodes(s: pl.DataFrame, conns: pl.DataFrame, p: Params, res: float)
     window_full, bursts; its connections' info; its resume rows for ``capture_gaps``)."""
     s, info = linked_segments(s, conns, p, res)
     zw = ep.zero_window(s, p, res)
-    parts = [ep.rto(s, p, res), ep.delayed_ack(s, p, res), zw, ep.window_full(s, zw, p, res), ep.bursts(s, p, res)]
+    parts = [ep.rto(s, p, res), ep.delayed_ack(s, p, res), zw, ep.window_full(s, zw, p, res),
+             tcp_stall_bursts.bursts(s, p, res)]
     return parts, info, ep.resume_rows(s)
 
 

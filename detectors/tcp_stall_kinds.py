@@ -3,7 +3,8 @@
 Each episode frame has: conn, from_client (the blocked sender), kind, start_ns, end_ns, stall_ns,
 threshold_ns, frames (list[u32]) and kind-specific detail columns. ``s`` is the linked segment frame
 (capture order, see :func:`linked`); ``dk`` is conn * 2 + from_client. What each kind means, and how
-it is measured, is in detectors/tcp_stall.py's docstring.
+it is measured, is in detectors/tcp_stall.py's docstring; the slow-start kinds are read in
+detectors/tcp_stall_bursts.py.
 """
 from __future__ import annotations
 
@@ -28,7 +29,6 @@ LINK_ROWS = len(LINK_COLUMNS)
 
 ZERO_WINDOW_PROBE_EVIDENCE = 10  # zero_window: the first probes kept as evidence
 SEQ_SPAN = 1 << 33  # dk * SEQ_SPAN + seq_rel: one integer per (direction, relative sequence number)
-MIN_SLOW_START_ROUNDS = 2  # a transfer shows slow start (a round that grew) from two RTT rounds on
 
 
 @njit(cache=True)
@@ -144,14 +144,17 @@ def _rows(s: pl.DataFrame, mask: pl.Expr, *cols) -> pl.DataFrame:
 
 
 RESUME = "resume"  # column: rtt * resume_rtts + resume_slack_ns + resolution
+# the flags of a segment :func:`rto` may read as a timer's retransmission: a retransmission, not a fast
+# one nor an out-of-order segment (every segment of an rto episode has them)
+TIMER_RETRANSMISSION = ((pl.col("analysis") & (an.RETRANSMISSION | an.SPURIOUS_RETRANSMISSION)) != 0) \
+    & ((pl.col("analysis") & (an.FAST_RETRANSMISSION | an.OUT_OF_ORDER)) == 0)
 
 
 def rto(s: pl.DataFrame, p, res: float) -> pl.DataFrame:
     """Timer-driven retransmission episodes, each read as what it is (``kind``): ``rto`` (data, or a
     client's SYN), ``synack_retransmission`` (the server's SYN/ACK), ``spurious_retransmission``
     (data the receiver's D-SACK says it already had) or ``teardown`` (a bare FIN)."""
-    retx = ((pl.col("analysis") & (an.RETRANSMISSION | an.SPURIOUS_RETRANSMISSION)) != 0) \
-        & ((pl.col("analysis") & (an.FAST_RETRANSMISSION | an.OUT_OF_ORDER)) == 0)
+    retx = TIMER_RETRANSMISSION
     thr = pl.max_horizontal(pl.lit(float(p.rto_min_gap_ns)), pl.col("rtt").fill_null(0.0) * p.rto_gap_rtts,
                             pl.lit(res))
     gap = pl.col("ts_ns") - pl.col("prev_any_ts")
@@ -262,7 +265,9 @@ def capture_gaps(capture, resume: pl.DataFrame, p) -> pl.DataFrame:
         pk = capture.packets.select(pl.col("ts_ns").cast(pl.Int64), pl.col("frame").cast(pl.Int64))
     except (KeyError, AttributeError, pl.exceptions.ColumnNotFoundError):
         return empty
-    pk = pk.drop_nulls().sort("ts_ns", maintain_order=True)
+    pk = pk.drop_nulls()
+    if not pk["ts_ns"].is_sorted():  # a stable sort of sorted times changes nothing: one pass instead
+        pk = pk.sort("ts_ns", maintain_order=True)
     gaps = pk.with_columns(pl.col("ts_ns").shift(1).alias("g0"), pl.col("frame").shift(1).alias("g0_frame")) \
         .filter((pl.col("ts_ns") - pl.col("g0")) >= p.capture_gap_ns) \
         .select("g0", pl.col("ts_ns").alias("g1"), "g0_frame", pl.col("frame").alias("g1_frame"))
@@ -426,91 +431,4 @@ def window_full(s: pl.DataFrame, zw: pl.DataFrame, p, res: float) -> pl.DataFram
         pl.concat_list(pl.col("frame").cast(pl.UInt32), pl.col("en_frame").cast(pl.UInt32),
                        pl.col("next_frame").cast(pl.UInt32)).list.drop_nulls().alias("frames"),
         "wait_ns",
-    )
-
-
-def bursts(s: pl.DataFrame, p, res: float) -> pl.DataFrame:
-    """Slow start after idle and transfers finished in slow start, from per-RTT-round flight.
-
-    A transfer (``tr``, from _links) is a run of one side's payload with no payload from the peer in
-    between and no silence longer than ``transfer_gap_rtts x RTT + resume_slack_ns`` (slow start sends
-    every round trip). Its rounds are RTT-long slots from its first segment; the first round is its first
-    ``first_round_rtts`` RTT."""
-    new_data = (pl.col("analysis") & (an.ANY_RETRANSMISSION | an.OUT_OF_ORDER)) == 0
-    x = _rows(s, pl.col("tr").is_not_null() & new_data, "tr", "frame", "ts_ns", "seglen", "rtt")
-    if x.height == 0:
-        return pl.DataFrame()
-    # per transfer: its first segment (tr is that segment's row) says how it started ...
-    heads = _rows(s, pl.col("_i") == pl.col("tr"),
-        "tr", "prev_tr", "conn", "from_client", "rtt", "peer_mss",
-        (pl.col("ts_ns") - pl.col("prev_pay_ts")).alias("idle_ns"), pl.col("prev_pay_frame").alias("before_frame"))
-    # ... and its new data what it carried
-    t = x.group_by("tr").agg(
-        pl.col("ts_ns").min().alias("t0"), pl.col("ts_ns").max().alias("t1"), pl.col("seglen").sum().alias("bytes"),
-        pl.col("frame").min().alias("first_frame"), pl.col("frame").max().alias("last_frame"),
-    ).join(heads, on="tr", how="inner")
-    # only transfers of 2+ rounds can be slow-start limited; the others' flight is their size
-    multi = t.filter((pl.col("t1") - pl.col("t0")) >= pl.col("rtt")).select("tr", "t0")
-    xm = x.select("tr", "ts_ns", "seglen", "rtt").join(multi, on="tr", how="inner")
-    xm = xm.with_columns(((pl.col("ts_ns") - pl.col("t0")) / pl.col("rtt")).floor().cast(pl.Int64).alias("round"))
-    rounds = xm.group_by("tr", "round").agg(pl.col("seglen").sum().alias("rb")).sort("tr", "round")
-    rounds = rounds.with_columns(
-        pl.when(pl.col("tr") == pl.col("tr").shift(1)).then(pl.col("rb").shift(1)).alias("prev_rb"),
-        pl.col("round").max().over("tr").alias("last_round"))
-    rstat = rounds.group_by("tr").agg(
-        pl.col("rb").max().alias("peak"),
-        pl.col("round").sort_by(["rb", "round"], descending=[True, False]).first().alias("peak_round"),
-        pl.col("round").max().alias("last_round"),
-        pl.len().alias("nonempty_rounds"),
-        # growing: every complete round (all but the last) at least 1.5x the one before
-        ((pl.col("round") < pl.col("last_round")) & pl.col("prev_rb").is_not_null()
-         & (pl.col("rb") < p.round_growth * pl.col("prev_rb"))).any().alias("stalled_growth"),
-        (pl.col("rb").filter(pl.col("round") == 1).first()
-         >= p.round_growth * pl.col("rb").filter(pl.col("round") == 0).first()).alias("second_round_grew"),
-    ).join(xm.filter((pl.col("ts_ns") - pl.col("t0")) < pl.col("rtt") * p.first_round_rtts)
-           .group_by("tr").agg(pl.col("seglen").sum().alias("first")), on="tr", how="left")
-    b = t.join(rstat, on="tr", how="left").with_columns(
-        pl.col("peak").fill_null(pl.col("bytes")), pl.col("last_round").fill_null(0),
-        pl.col("first").fill_null(pl.col("bytes")), pl.col("nonempty_rounds").fill_null(1))
-    b = b.join(b.select(pl.col("tr").alias("prev_tr"), pl.col("peak").alias("prev_peak")), on="prev_tr",
-               how="left").with_columns(
-        pl.col("peak").max().over("conn", "from_client").alias("best_peak"),
-        (pl.col("last_round") + 1).alias("rounds"))
-    b = b.filter(pl.col("rounds") >= MIN_SLOW_START_ROUNDS)
-    if b.height == 0:
-        return pl.DataFrame()
-    mss = pl.col("peer_mss").cast(pl.Float64)
-    iw_cap = mss * p.iw_max_segments
-    idle_thr = pl.lit(float(p.idle_min_ns)) + pl.col("rtt")
-    ssi = ((pl.col("idle_ns") >= idle_thr)
-           & (pl.col("first") <= pl.col("prev_peak") * p.restart_ratio)
-           & (pl.col("first") <= iw_cap) & (pl.col("first") >= mss * p.ssi_min_first_segments)
-           & (pl.col("bytes") >= p.transfer_growth * pl.col("first"))
-           & pl.col("second_round_grew")).fill_null(False)
-    ideal = ((pl.col("bytes") / pl.col("prev_peak")) - 1).clip(lower_bound=0) * pl.col("rtt")
-    regrow = (pl.col("prev_peak") / pl.col("first")).log(2).ceil() * pl.col("rtt")
-    ssi_lost = pl.min_horizontal((pl.col("t1") - pl.col("t0") - ideal).clip(lower_bound=0), regrow)
-    sis = (~ssi & (pl.col("nonempty_rounds") >= p.sis_min_rounds) & ~pl.col("stalled_growth").fill_null(True)
-           & (pl.col("first") <= iw_cap) & (pl.col("first") >= p.sis_min_first_segments * mss)
-           & (pl.col("peak_round") >= pl.col("last_round") - 1)
-           & (pl.col("bytes") >= p.transfer_growth * pl.col("first")))
-    needed = (pl.col("bytes") / pl.col("best_peak")).ceil().clip(lower_bound=1)
-    sis_lost = pl.min_horizontal(((pl.col("rounds") - needed) * pl.col("rtt")).clip(lower_bound=0),
-                                 (pl.col("t1") - pl.col("t0")).cast(pl.Float64))
-    b = b.with_columns(
-        pl.when(ssi).then(pl.lit("slow_start_after_idle")).when(sis).then(pl.lit("small_initial_window"))
-        .otherwise(None).alias("kind"),
-        pl.when(ssi).then(ssi_lost).when(sis).then(sis_lost).otherwise(0.0).alias("stall_ns"),
-    ).filter(pl.col("kind").is_not_null() & (pl.col("stall_ns") > 0))
-    if b.height == 0:
-        return pl.DataFrame()
-    return b.select(
-        "conn", "from_client", "kind", pl.col("t0").alias("start_ns"), pl.col("t1").alias("end_ns"),
-        pl.col("stall_ns").cast(pl.Float64),
-        pl.when(pl.col("kind") == "slow_start_after_idle").then(pl.lit(float(p.idle_min_ns)) + pl.col("rtt"))
-        .otherwise(pl.col("rtt") * p.sis_min_rounds).alias("threshold_ns"),
-        pl.concat_list(pl.col("before_frame").cast(pl.UInt32), pl.col("first_frame").cast(pl.UInt32),
-                       pl.col("last_frame").cast(pl.UInt32)).list.drop_nulls().alias("frames"),
-        pl.col("first").alias("first_bytes"), pl.col("prev_peak"), pl.col("best_peak"), pl.col("bytes"),
-        pl.col("rounds"), pl.col("idle_ns"),
     )
