@@ -24,7 +24,20 @@ def series(name: str, values: np.ndarray, valid: np.ndarray | None = None) -> pl
     bitmap = np.packbits(valid, bitorder="little")
     array = pa.Array.from_buffers(_ARROW_TYPES[values.dtype], len(values),
                                   [pa.py_buffer(bitmap), pa.py_buffer(values)])
-    return pl.Series(name, pl.from_arrow(array))
+    return pl.Series(name, pl.Series(ArrowCArray(array)))
+
+
+class ArrowCArray:
+    """An Arrow array seen only through the Arrow PyCapsule interface (``__arrow_c_array__``), so that
+    Polars imports it by reference through the C data interface: the same zero-copy series as
+    ``pl.from_arrow``, without the ``pyarrow.compute`` import (~40 ms of a process's start, issue 13)
+    that ``pl.from_arrow``'s pyarrow path makes for chunked dictionary arrays this never holds."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __arrow_c_array__(self, requested_schema=None):
+        return self.array.__arrow_c_array__(requested_schema)
 
 
 def frame(columns: tuple[Column, ...], arrays: dict[str, np.ndarray],
