@@ -230,16 +230,13 @@ def _with_keys(req: pl.DataFrame) -> pl.DataFrame:
 
 
 def _episodes(req: pl.DataFrame, params: Params, t_first: int, t_last: int) -> pl.DataFrame:
-    """Herd episodes: key, seg, start_ns, end_ns, clients, arrivals, lam (per ns), baseline (per s)."""
-    window = int(params.repeat_ns)
-    # integers only until the segments are known (sorting strings is what costs)
+    """Herd episodes: key, seg, start_ns, end_ns, clients, arrivals, lam (per ns), baseline (per s).
+    ``req`` has the ``_arrival`` marks of :func:`_sessions`."""
+    # integers only until the segments are known (sorting strings is what costs); the arrivals (a
+    # client's first request of the key after a gap of repeat_ns) are the sessions' first requests
     arrivals = (
-        req.with_row_index("_row").filter(pl.col("counts"))
-        .select("_row", "key", pl.col("client_id").hash().alias("cid"), "request_ts_ns")
-        .sort("key", "cid", "request_ts_ns", "_row")
-        .filter(((pl.col("request_ts_ns") - pl.col("request_ts_ns").shift(1)) >= window).fill_null(True)
-                | (pl.col("key") != pl.col("key").shift(1)).fill_null(True)
-                | (pl.col("cid") != pl.col("cid").shift(1)).fill_null(True))
+        req.lazy().with_row_index("_row").filter(pl.col("_arrival"))  # lazy: only these columns are filtered
+        .select("_row", "key", pl.col("client_id").hash().alias("cid"), "request_ts_ns").collect()
     )
     # a key needs min_clients distinct arrivals somewhere to hold a herd
     arrivals = arrivals.filter(pl.len().over("key") >= params.min_clients)
@@ -266,8 +263,8 @@ def _episodes(req: pl.DataFrame, params: Params, t_first: int, t_last: int) -> p
         pl.col("key").cast(pl.UInt64).reinterpret(signed=True).alias("grp"),
     ).select("_row", "key", "cid", "request_ts_ns", "lam", "baseline_rate", "grp")
     arrivals = herd_segments(arrivals, params)
-    arrivals = arrivals.join(req.with_row_index("_row").select("_row", "client_id", "client", "client_identity"),
-                             on="_row", how="left")
+    rows = arrivals["_row"]  # the clients of the arrivals by position (a join would hash every request)
+    arrivals = arrivals.hstack(req.select(pl.col(c).gather(rows) for c in ("client_id", "client", "client_identity")))
     eps = (arrivals.group_by("seg").agg(
         pl.col("key").first(), pl.col("request_ts_ns").min().alias("start_ns"),
         pl.col("request_ts_ns").max().alias("end_ns"), pl.col("client_id").n_unique().alias("clients"),
@@ -368,16 +365,22 @@ def _evidence(req: pl.DataFrame, eps: pl.DataFrame) -> pl.DataFrame:
 
 def _sessions(req: pl.DataFrame, params: Params) -> pl.DataFrame:
     """``_session`` per counted request: an arrival and its repeats (the client's requests of the
-    key until a gap of ``repeat_ns``) share one; null for requests that do not count."""
+    key until a gap of ``repeat_ns``) share one; null for requests that do not count. ``_arrival``:
+    the request opens its session (the arrivals :func:`_episodes` searches)."""
     window = int(params.repeat_ns)
     new = (((pl.col("request_ts_ns") - pl.col("request_ts_ns").shift(1)) >= window).fill_null(True)
            | (pl.col("key") != pl.col("key").shift(1)).fill_null(True)
            | (pl.col("cid") != pl.col("cid").shift(1)).fill_null(True))
-    # integers only (sorting strings is what costs), as in _episodes
-    sess = (req.with_row_index("_r").filter(pl.col("counts"))
-            .select("_r", "key", pl.col("client_id").hash().alias("cid"), "request_ts_ns")
-            .sort("key", "cid", "request_ts_ns", "_r").select("_r", new.cum_sum().alias("_session")))
-    return req.with_row_index("_r").join(sess, on="_r", how="left").sort("_r").drop("_r")
+    # integers only (sorting strings is what costs); the session numbers are put back in row order by
+    # position (a join and a sort of the whole frame would cost more than the search)
+    sess = (req.lazy().with_row_index("_r").filter(pl.col("counts"))
+            .select("_r", "key", pl.col("client_id").hash().alias("cid"), "request_ts_ns").collect()
+            .sort("key", "cid", "request_ts_ns", "_r").select("_r", new.alias("_arrival"))
+            .with_columns(pl.col("_arrival").cum_sum().alias("_session")))
+    rows = sess["_r"]
+    session = pl.Series("_session", [None], dtype=sess.schema["_session"]).extend_constant(None, req.height - 1)
+    arrival = pl.Series("_arrival", [False]).extend_constant(False, req.height - 1)
+    return req.with_columns(session.scatter(rows, sess["_session"]), arrival.scatter(rows, sess["_arrival"]))
 
 
 def _arrival_requests(req: pl.DataFrame, eps: pl.DataFrame) -> pl.DataFrame:
@@ -386,8 +389,8 @@ def _arrival_requests(req: pl.DataFrame, eps: pl.DataFrame) -> pl.DataFrame:
     rows = req.with_row_index("_row").select("_row", "_session")
     arr = (eps.select("seg", "arrival_rows").explode("arrival_rows")
            .join(rows, left_on="arrival_rows", right_on="_row", how="inner").select("seg", "_session"))
-    return req.filter(pl.col("_session").is_not_null()).select(
-        "_session", *_HIT_COLUMNS).join(arr, on="_session", how="inner")
+    return req.select("_session", *_HIT_COLUMNS).filter(pl.col("_session").is_not_null()).join(
+        arr, on="_session", how="inner")
 
 
 def _verb(protocol: str, operation: str, ttl: bool) -> str:
@@ -496,12 +499,12 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
     if eps.height == 0:
         return empty_findings()
     res_ns = resolution_ns(capture)
-    keyinfo = (req.filter(pl.col("key").is_in(eps["key"].implode()))
+    keyinfo = (req.lazy().filter(pl.col("key").is_in(eps["key"].implode()))
                .group_by("key").agg(pl.col("protocol").first(), pl.col("server").first(),
                                     pl.col("operation").first(), pl.col("resource").mode().sort().first(),
                                     pl.col("key_resource").first(), pl.col("fs_row").first().alias("is_fs"),
                                     pl.col("setup_row").first().alias("is_setup"),
-                                    pl.col("counts").sum().alias("key_requests")))
+                                    pl.col("counts").sum().alias("key_requests")).collect())
     eps = eps.join(keyinfo, on="key", how="left").with_columns(
         pl.when(pl.col("split_clients") * 2 > pl.col("clients")).then(pl.lit("address+port"))
         .otherwise(pl.lit("address")).alias("client_identity"))
@@ -540,8 +543,9 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
     eps = eps.join(fs_names(hits), on="seg", how="left")
     eps = one_per_tree(eps, params.nested_share)
     # the server's statistics: each request once (not its directory's copy)
-    eps = _server_stats(req.filter(~pl.col("dir_row")), eps, params)
-    answering = req.filter(pl.col("answered")).select("protocol").unique().with_columns(
+    stats_cols = ("protocol", "server", "request_ts_ns", "latency_ns", "answered", "failed", "in_herd", "setup_row")
+    eps = _server_stats(req.lazy().filter(~pl.col("dir_row")).select(stats_cols).collect(), eps, params)
+    answering = req.select(pl.col("protocol").filter(pl.col("answered")).unique()).with_columns(
         pl.lit(True).alias("answers_seen"))
     eps = eps.join(answering, on="protocol", how="left").with_columns(pl.col("answers_seen").fill_null(False))
     eps = eps.join(ttl_trigger(req, eps, params), on="seg", how="left")

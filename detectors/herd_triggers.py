@@ -11,15 +11,16 @@ S = 1_000_000_000
 def ttl_trigger(req: pl.DataFrame, eps: pl.DataFrame, params) -> pl.DataFrame:
     """Per DNS episode: ttl_s (the TTL whose expiry triggered it) and ttl_share (share of the herd's
     clients whose own latest answer expired at their re-query), null when no TTL explains it."""
-    answers = req.filter(pl.col("ttl").is_not_null() & pl.col("answered") & pl.col("response_ts_ns").is_not_null()
-                         & pl.col("key").is_in(eps["key"].implode())
-                         ).select("key", "client_id", pl.col("response_ts_ns").alias("ans_ts"), "ttl")
+    answers = req.lazy().filter(  # lazy: only the selected columns are filtered
+        pl.col("ttl").is_not_null() & pl.col("answered") & pl.col("response_ts_ns").is_not_null()
+        & pl.col("key").is_in(eps["key"].implode())
+    ).select("key", "client_id", pl.col("response_ts_ns").alias("ans_ts"), "ttl").collect()
     out_schema = {"seg": pl.Int64, "ttl_s": pl.Int64, "ttl_share": pl.Float64}
     if answers.height == 0 or eps.height == 0:
         return pl.DataFrame(schema=out_schema)
     tol = int(params.ttl_tolerance_ns)
     # the herd's arrivals: each client's first request of the key in the episode
-    herd = (req.filter(pl.col("counts")).select("key", "client_id", "request_ts_ns")
+    herd = (req.lazy().filter(pl.col("counts")).select("key", "client_id", "request_ts_ns").collect()
             .join(eps.select("seg", "key", "start_ns", "end_ns"), on="key", how="inner")
             .filter(pl.col("request_ts_ns").is_between(pl.col("start_ns"), pl.col("end_ns")))
             .group_by("seg", "key", "client_id").agg(pl.col("request_ts_ns").min()))
@@ -60,7 +61,8 @@ def failure_trigger(req: pl.DataFrame, eps: pl.DataFrame, params) -> pl.DataFram
     before it, kept only when they are at least ``failure_share`` of its requests there (a key that
     always fails now and then has no trigger in that)."""
     before = eps.select("seg", "key", "start_ns").join(
-        req.filter(~pl.col("in_herd")).select("key", "request_ts_ns", "failed"), on="key", how="inner").filter(
+        req.lazy().filter(~pl.col("in_herd")).select("key", "request_ts_ns", "failed").collect(), on="key",
+        how="inner").filter(
         (pl.col("request_ts_ns") < pl.col("start_ns"))
         & (pl.col("request_ts_ns") >= pl.col("start_ns") - params.failure_lookback_ns))
     return before.group_by("seg").agg(

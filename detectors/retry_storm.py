@@ -317,17 +317,19 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
     if sends.height < params.min_retries + 1:
         return empty_findings()
     # protocols with at least one answer: without any, the capture misses a direction
-    answered_kinds = set(sends.filter(pl.col("answered"))["kind"].unique().to_list())
+    answered_kinds = set(sends.select(pl.col("kind").filter(pl.col("answered")).unique())["kind"].to_list())
     servers = sends.select("kind", pl.col("server").alias("one_addr")).unique().with_columns(
         pl.lit(True).alias("relay"))
     sends = sends.with_row_index("_row")
     # only addresses with a send that was not answered successfully, or answered only after the address's
     # next send to that server, can have retried (cheap filter before the client identity and the sort)
-    by_addr = ["kind", "server", "client"]
-    late = (pl.col("ok_ts") > pl.col("ts").shift(-1).over(by_addr)).fill_null(False)
-    cand = sends.sort(*by_addr, "ts").filter(pl.col("ok_ts").is_null() | (pl.col("extra") > 0)
-                                              | pl.col("latency_ns").is_null() | late).select(by_addr).unique()
-    sub = sends.join(cand, on=["kind", "server", "client"], how="semi")
+    # (on a narrow integer frame keyed by the hash of kind, server and client: sorting the strings is what costs)
+    addr_g = sends.select(pl.struct("kind", "server", "client").hash())[:, 0]
+    late = ((pl.col("_a") == pl.col("_a").shift(-1)) & (pl.col("ok_ts") > pl.col("ts").shift(-1))).fill_null(False)
+    cand = (sends.select(addr_g.alias("_a"), "ts", "ok_ts", "extra", "latency_ns").sort("_a", "ts")
+            .filter(pl.col("ok_ts").is_null() | (pl.col("extra") > 0) | pl.col("latency_ns").is_null() | late)
+            .select(pl.col("_a").unique())[:, 0])
+    sub = sends.filter(addr_g.is_in(cand.implode()))
     sub = client_identity_by(sub, ["kind", "server"], start="ts", end="end_ts")
     gkey = ["kind", "client_id", "server", "server_port", "operation", "key_resource"]
     narrow = sub.select("_row", pl.struct(gkey).hash().alias("_g"), "ts", "ok_ts", "err_ts", "reliable", "flow",
@@ -354,7 +356,8 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
         (pl.col("retry") | pl.col("retry").shift(-1).fill_null(False) | (pl.col("extra") > 0)).alias("_retried"),
     ).filter(pl.col("_retried")).join(normal, on="_g", how="left").select("_row", "chain", "retry", "normal_gap")
     # response time per server: requests answered on the first try
-    first_try = sends.filter(pl.col("ok_ts").is_not_null() & pl.col("latency_ns").is_not_null()).join(
+    first_try = sends.lazy().select("_row", "kind", "server", "latency_ns", "ok_ts").filter(
+        pl.col("ok_ts").is_not_null() & pl.col("latency_ns").is_not_null()).collect().join(
         narrow, on="_row", how="anti")
     rtt_srv = first_try.group_by("kind", "server").agg(pl.col("latency_ns").median().alias("rtt_srv"))
     rtt_kind = first_try.group_by("kind").agg(pl.col("latency_ns").median().alias("rtt_kind"))

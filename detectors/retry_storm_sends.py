@@ -154,8 +154,8 @@ def syn_sends(capture) -> tuple[pl.DataFrame, pl.DataFrame | None]:
     if conns is None or conns.height == 0 or segs is None or segs.height == 0:
         return empty, conns
     is_syn = (pl.col("tcp_flags").cast(pl.Int64) & (SYN | ACK)) == SYN
-    syn = segs.filter(is_syn & pl.col("from_client")).select(
-        pl.col("frame").cast(pl.UInt32), pl.col("ts_ns").cast(pl.Int64).alias("ts"), "conn")
+    syn = segs.lazy().filter(is_syn & pl.col("from_client")).select(  # lazy: only these columns are filtered
+        pl.col("frame").cast(pl.UInt32), pl.col("ts_ns").cast(pl.Int64).alias("ts"), "conn").collect()
     if syn.height == 0:
         return empty, conns
     c = conns.select(

@@ -219,22 +219,27 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
     req = sw.requests(capture, transaction_frames(capture), p)
     if req.height == 0:
         return empty_findings()
-    groups = sw.KEY
-    counts = req.group_by(groups).agg(pl.len().alias("requests")).filter(pl.col("requests") >= p.min_requests)
+    # the groups (service and operation) with min_requests, numbered ``g`` in the order of their KEY values:
+    # counted by the hash of KEY (integers: grouping and joining on the strings costs more), the few distinct
+    # KEYs ranked, the ranks mapped back
+    key_hash = req.select(pl.struct(sw.KEY).hash().alias("_h"))["_h"]
+    counts = key_hash.value_counts(name="requests").filter(pl.col("requests") >= p.min_requests)
     if counts.height == 0:
         return empty_findings()
-    req = req.join(counts.select(groups), on=groups, how="semi")
-    req = req.with_columns(pl.struct(groups).rank("dense").cast(pl.Int64).alias("g") - 1)
+    kept = key_hash.is_in(counts["_h"].implode())
+    req, key_hash = req.filter(kept), key_hash.filter(kept)
+    ranks = req.select(key_hash, *sw.KEY).unique("_h").select(
+        "_h", (pl.struct(sw.KEY).rank("dense").cast(pl.Int64) - 1).alias("g"))
+    req = req.with_columns(key_hash.replace_strict(ranks["_h"], ranks["g"]).alias("g"))
+    counts = req.group_by("g").agg(pl.len().alias("requests"))
     win = sw.windows(req, window, p)
-    summ = sw.knees(win, req, p)
+    qualifies = ((pl.col("n_base") >= p.min_baseline_windows) & (pl.col("n_past") >= p.min_saturated_windows)
+                 & (pl.col("past_l") >= p.min_concurrency) & (pl.col("knee_l") >= p.min_knee_concurrency)
+                 & (pl.col("factor") >= p.min_latency_factor))
+    summ = sw.knees(win, req, p, qualifies)
     if summ.height == 0:
         return empty_findings()
-    summ = summ.join(counts, on=groups).filter(
-        (pl.col("n_base") >= p.min_baseline_windows) & (pl.col("n_past") >= p.min_saturated_windows)
-        & (pl.col("past_l") >= p.min_concurrency) & (pl.col("knee_l") >= p.min_knee_concurrency)
-        & (pl.col("factor") >= p.min_latency_factor))
-    if summ.height == 0:
-        return empty_findings()
+    summ = summ.join(counts, on="g")
     summ = sw.clients_past(summ, req, p)
     summ = sw.smb2_credits(capture, summ)
     summ = saturation_slots.slot_use(capture, summ, p)

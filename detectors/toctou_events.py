@@ -197,9 +197,9 @@ def ldap_events(tx: pl.DataFrame | None, msgs: pl.DataFrame | None, params) -> p
         return pl.DataFrame(schema=EVENT_SCHEMA)
     extra_cols = ("changes", "new_rdn", "new_superior", "controls")
     if msgs is not None and msgs.height and all(c in msgs.columns for c in extra_cols):
-        req = msgs.filter(pl.col("op").cast(pl.String).is_in(writes)).select(
+        req = msgs.lazy().filter(pl.col("op").cast(pl.String).is_in(writes)).select(  # lazy: these columns only
             pl.col("transport").cast(pl.String).alias("_t"), "flow", "message_id",
-            pl.col("frame_last").alias("request_frame"), *extra_cols).unique(
+            pl.col("frame_last").alias("request_frame"), *extra_cols).collect().unique(
             ["_t", "flow", "message_id", "request_frame"], keep="first")
         tx = tx.with_columns(pl.col("transport").cast(pl.String).alias("_t")).join(
             req, on=["_t", "flow", "message_id", "request_frame"], how="left")
@@ -258,9 +258,9 @@ def ldap_events(tx: pl.DataFrame | None, msgs: pl.DataFrame | None, params) -> p
                              & (pl.col("entries").fill_null(0) > 0)
                              & (pl.col("entries") <= params.max_entries_per_search))
         if searches.height:
-            ent = msgs.filter(pl.col("op").cast(pl.String) == "searchResEntry").select(
+            ent = msgs.lazy().filter(pl.col("op").cast(pl.String) == "searchResEntry").select(
                 pl.col("transport").cast(pl.String).alias("_t"), "flow", "message_id",
-                pl.col("ts_last_ns").alias("_ets"), pl.col("dn").alias("_edn")).drop_nulls("_edn")
+                pl.col("ts_last_ns").alias("_ets"), pl.col("dn").alias("_edn")).collect().drop_nulls("_edn")
             hit = searches.join(ent, on=["_t", "flow", "message_id"], how="inner").filter(
                 (pl.col("_ets") >= pl.col("ts")) & (pl.col("_ets") <= pl.col("resp_ts").fill_null(pl.col("_ets"))))
             hit = hit.with_columns(_via_unique(pl.col("_edn"), hit, "_edn", dn_key(pl.col("_edn")), pl.String)
