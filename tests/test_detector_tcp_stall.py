@@ -576,3 +576,32 @@ def test_corpus_findings_at_medium_or_above_are_pinned():
     assert set(seen) == {("zeek/tcp/reassembly.pcap", "rto", "128.3.97.175:80-63.193.213.194:2564")}
     severity, text = seen[("zeek/tcp/reassembly.pcap", "rto", "128.3.97.175:80-63.193.213.194:2564")]
     assert severity == "medium" and "backed off its timer" in text and "11.6 s" in text
+
+
+def test_connections_in_separate_batches_find_what_one_batch_finds(read_capture, monkeypatch):
+    """tcp_stall works in batches of whole connections (BATCH_SEGMENTS): the slow-start kinds of a
+    connection in a later batch are found as in the first (they matched a transfer's first segment by a
+    capture-wide row number against a row number within the batch, so past the first batch they were
+    skipped or read from the wrong row)."""
+    PCAP_HEADER_BYTES = 24
+    conversations = [tcp_conversation(slow_start_steps(bursts=4), client=("10.0.0.1", 40000 + k))
+                     for k in range(3)]
+    # one capture of three connections, one after the other (a later one's times are offset by 30 s)
+    records = [conv[PCAP_HEADER_BYTES:] for conv in conversations]
+    shifted = []
+    for k, rec in enumerate(records):
+        out, pos = bytearray(), 0
+        while pos < len(rec):
+            caplen = int.from_bytes(rec[pos + 8:pos + 12], "little")
+            secs = int.from_bytes(rec[pos:pos + 4], "little") + 30 * k
+            out += secs.to_bytes(4, "little") + rec[pos + 4:pos + 16 + caplen]
+            pos += 16 + caplen
+        shifted.append(bytes(out))
+    cap = read_capture(conversations[0][:PCAP_HEADER_BYTES] + b"".join(shifted))
+    seg, conns = cap.frame("tcp_segments"), cap.frame("connections")
+    assert conns.height == 3
+    capture = FakeCapture(resolution_ns=1.0, tcp_segments=seg, connections=conns, packets=cap.packets)
+    one_batch = detect(capture)
+    assert one_batch.filter(pl.col("kind") == "slow_start_after_idle").height == 3
+    monkeypatch.setattr(tcp_stall, "BATCH_SEGMENTS", 1)  # every connection a batch of its own
+    assert detect(capture).to_dicts() == one_batch.to_dicts()
