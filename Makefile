@@ -51,8 +51,10 @@ test: setup
 test-all: setup
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not real_samples"
 
+# BENCH_ARGS="--packets 10000000" for the 10M-packet capture (generated once into .bench/, 6.3 GB).
+BENCH_ARGS ?=
 bench: setup
-	$(BIN)/python tests/benchmarks/bench.py
+	$(BIN)/python tests/benchmarks/bench.py $(BENCH_ARGS)
 
 # The evaluation: every detector over the real-server samples and the synthetic sweeps of
 # samples/synth_scenarios.py: confusion table and operating curves (a few minutes).

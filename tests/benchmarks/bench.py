@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """herdscope ingest benchmark: one capture, several readers, side by side.
 
-    python tests/benchmarks/bench.py [--packets 1000000] [--seed 1] [--skip-tshark] [--json OUT]
+    python tests/benchmarks/bench.py [--packets 1000000 [--packets 10000000 ...]] [--seed 1] [--skip-tshark] [--json OUT]
 
 Generates (once, cached under ``.bench/`` in the repository root) a deterministic mixed capture
 with ``samples/synth.py`` and times, in one run:
@@ -57,7 +57,6 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parents[2]
 SYNTH = ROOT / "samples" / "synth.py"
 DEFAULT_CACHE = ROOT / ".bench"
-TIME_BIN = "/usr/bin/time"
 
 TSHARK_FIELDS = ["frame.number", "frame.time_epoch", "frame.cap_len", "frame.len", "ip.src", "ip.dst",
                  "ipv6.src", "ipv6.dst", "ip.proto", "tcp.srcport", "tcp.dstport", "udp.srcport",
@@ -75,6 +74,7 @@ class Result:
     seconds: float | None = None
     packets: int | None = None              # records the stage reported handling (None: not counted)
     peak_rss_kb: int | None = None
+    peak_anon_kb: int | None = None       # subprocess stages: the highest RssAnon (file-backed pages left out)
     status: str = "ok"                      # ok | unavailable | skipped | failed
     note: str = ""
     extra: dict = field(default_factory=dict)
@@ -148,23 +148,55 @@ class PeakRSS:
 
 
 def run_timed(cmd: list[str], *, stdout=subprocess.DEVNULL,
-              cwd: Path | None = None) -> tuple[float, int | None, subprocess.CompletedProcess]:
-    """Run ``cmd``; returns (wall seconds, peak RSS kB of the command, completed process)."""
-    use_time = os.access(TIME_BIN, os.X_OK)
-    full = [TIME_BIN, "-v", *cmd] if use_time else cmd
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+              cwd: Path | None = None) -> tuple[float, int | None, subprocess.CompletedProcess, int | None]:
+    """Run ``cmd``; returns (wall seconds, peak RSS kB of the command, completed process, peak anonymous
+    memory kB). The peak RSS is the kernel's own (``wait4``'s ``ru_maxrss`` of that one child); the
+    anonymous peak (``RssAnon`` of /proc/PID/status, sampled every few ms) leaves out file-backed pages,
+    i.e. the memory-mapped capture, which is what "memory beyond the map" means when the file is larger
+    than what the page cache can hold (issue 13's 100M-packet run)."""
     t0 = time.perf_counter()
-    proc = subprocess.run(full, stdout=stdout, stderr=subprocess.PIPE, text=True, cwd=cwd)
+    proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE, text=True, cwd=cwd)
+    anon = AnonPeak(proc.pid)
+    anon.start()
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
-    rss = None
-    if use_time:
-        m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr)
-        rss = int(m.group(1)) if m else None
-        proc.stderr = "\n".join(l for l in proc.stderr.splitlines() if not l.startswith("\t"))
-    else:
-        after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        rss = after if after > before else None     # max over all children so far
-    return wall, rss, proc
+    anon.stop()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    proc.stderr.close()
+    done = subprocess.CompletedProcess(cmd, proc.returncode, None, err)
+    return wall, usage.ru_maxrss or None, done, anon.peak_kb or None
+
+
+class AnonPeak:
+    """The highest ``RssAnon`` of process ``pid`` seen while it runs (kB), sampled on a thread."""
+
+    def __init__(self, pid: int, interval: float = 0.005):
+        self.pid, self.interval, self.peak_kb = pid, interval, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        try:
+            with open(f"/proc/{self.pid}/status") as f:
+                for line in f:
+                    if line.startswith("RssAnon:"):
+                        self.peak_kb = max(self.peak_kb, int(line.split()[1]))
+                        return
+        except OSError:
+            pass
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(self.interval)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def tail(text: str, n: int = 300) -> str:
@@ -179,10 +211,10 @@ def tail(text: str, n: int = 300) -> str:
 @stage("cat")
 def stage_cat(ctx: Ctx) -> Result:
     subprocess.run(["cat", str(ctx.path)], stdout=subprocess.DEVNULL, check=True)      # warm the cache
-    wall, rss, proc = run_timed(["cat", str(ctx.path)])
+    wall, rss, proc, anon = run_timed(["cat", str(ctx.path)])
     if proc.returncode:
         raise RuntimeError(f"cat failed: {tail(proc.stderr)}")
-    return Result("cat", wall, ctx.packets, rss, note="page-cached read")
+    return Result("cat", wall, ctx.packets, rss, peak_anon_kb=anon, note="page-cached read")
 
 
 @stage("herdscope ingest")
@@ -294,14 +326,14 @@ def stage_herdscope_scan(ctx: Ctx) -> Result:
     cmd, how = found
     with tempfile.TemporaryDirectory(dir=ctx.args.cache_dir, prefix="scan-") as out:
         report = Path(out) / "findings.json"
-        wall, rss, proc = run_timed([*cmd, "scan", str(ctx.path), "--format", "json", "--output", str(report),
+        wall, rss, proc, anon = run_timed([*cmd, "scan", str(ctx.path), "--format", "json", "--output", str(report),
                                      "--fail-on", "critical"], cwd=ROOT)
         doc = json.loads(report.read_text()) if report.exists() else {}
     if proc.returncode not in (0, 1):
-        return Result("herdscope scan", wall, None, rss, status="failed", note=f"exit {proc.returncode}: {tail(proc.stderr)}")
+        return Result("herdscope scan", wall, None, rss, peak_anon_kb=anon, status="failed", note=f"exit {proc.returncode}: {tail(proc.stderr)}")
     n = len(doc.get("findings", []))
     dets = ", ".join(doc.get("captures", [{}])[0].get("detectors", [])) if doc else ""
-    return Result("herdscope scan", wall, ctx.packets, rss, note=f"{how}; {n} findings ({dets})")
+    return Result("herdscope scan", wall, ctx.packets, rss, peak_anon_kb=anon, note=f"{how}; {n} findings ({dets})")
 
 
 @stage("scan, 1 packet")
@@ -316,9 +348,9 @@ def stage_herdscope_scan_one(ctx: Ctx) -> Result:
         one = one_packet_capture(ctx.path, ctx.args.format, Path(tmp))
         if one is None:
             return Result("scan, 1 packet", status="unavailable", note="no editcap to cut one packet")
-        wall, rss, proc = run_timed([*cmd, "scan", str(one), "--format", "json", "--fail-on", "critical"], cwd=ROOT)
+        wall, rss, proc, anon = run_timed([*cmd, "scan", str(one), "--format", "json", "--fail-on", "critical"], cwd=ROOT)
     status = "ok" if proc.returncode in (0, 1) else "failed"
-    return Result("scan, 1 packet", wall, 1, rss, status=status, note=how)
+    return Result("scan, 1 packet", wall, 1, rss, peak_anon_kb=anon, status=status, note=how)
 
 
 @stage("scan identity")
@@ -345,14 +377,14 @@ def _export_stage(ctx: Ctx, name: str, extra: list[str]) -> Result:
         return Result(name, status="unavailable", note="herdscope: not available yet (no `herdscope` command on PATH)")
     cmd, how = found
     with tempfile.TemporaryDirectory(dir=ctx.args.cache_dir, prefix="export-") as out:
-        wall, rss, proc = run_timed([*cmd, "export", str(ctx.path), "--out", out, *extra], cwd=ROOT)
+        wall, rss, proc, anon = run_timed([*cmd, "export", str(ctx.path), "--out", out, *extra], cwd=ROOT)
         written = sum(f.stat().st_size for f in Path(out).rglob("*") if f.is_file())
         files = sorted(f.stem for f in Path(out).glob("*.parquet"))
     if proc.returncode:
         if how != "herdscope" and re.search(r"No such command|invalid choice|ModuleNotFoundError", proc.stderr):
             return Result(name, status="unavailable", note=f"herdscope: not available yet ({tail(proc.stderr, 120)})")
-        return Result(name, wall, None, rss, status="failed", note=f"exit {proc.returncode}: {tail(proc.stderr)}")
-    return Result(name, wall, ctx.packets, rss, note=f"{how}; {len(files)} frames, {written / 1e6:.1f} MB",
+        return Result(name, wall, None, rss, peak_anon_kb=anon, status="failed", note=f"exit {proc.returncode}: {tail(proc.stderr)}")
+    return Result(name, wall, ctx.packets, rss, peak_anon_kb=anon, note=f"{how}; {len(files)} frames, {written / 1e6:.1f} MB",
                   extra={"output_bytes": written, "command": how, "frames": files})
 
 
@@ -435,10 +467,10 @@ def stage_tshark_fields(ctx: Ctx) -> Result:
     cmd = [exe, "-r", str(ctx.path), "-T", "fields"]
     for f in TSHARK_FIELDS:
         cmd += ["-e", f]
-    wall, rss, proc = run_timed(cmd)
+    wall, rss, proc, anon = run_timed(cmd)
     if proc.returncode:
-        return Result("tshark fields", wall, None, rss, status="failed", note=tail(proc.stderr))
-    return Result("tshark fields", wall, ctx.packets, rss, note=f"{len(TSHARK_FIELDS)} fields, default prefs")
+        return Result("tshark fields", wall, None, rss, peak_anon_kb=anon, status="failed", note=tail(proc.stderr))
+    return Result("tshark fields", wall, ctx.packets, rss, peak_anon_kb=anon, note=f"{len(TSHARK_FIELDS)} fields, default prefs")
 
 
 @stage("tshark tcp analysis", tags={"tshark"})
@@ -460,10 +492,10 @@ def stage_tshark_tcp_analysis(ctx: Ctx) -> Result:
     cmd = [exe, "-r", str(ctx.path), "-2", "-T", "fields"]
     for f in fields:
         cmd += ["-e", f]
-    wall, rss, proc = run_timed(cmd)
+    wall, rss, proc, anon = run_timed(cmd)
     if proc.returncode:
-        return Result("tshark tcp analysis", wall, None, rss, status="failed", note=tail(proc.stderr))
-    return Result("tshark tcp analysis", wall, ctx.packets, rss, note=f"-2 (two-pass), {len(fields)} tcp fields")
+        return Result("tshark tcp analysis", wall, None, rss, peak_anon_kb=anon, status="failed", note=tail(proc.stderr))
+    return Result("tshark tcp analysis", wall, ctx.packets, rss, peak_anon_kb=anon, note=f"-2 (two-pass), {len(fields)} tcp fields")
 
 
 DECODER_FIELDS = [  # what herdscope's four decoders extract, as tshark fields
@@ -485,10 +517,10 @@ def stage_tshark_decoders(ctx: Ctx) -> Result:
     cmd = [exe, "-r", str(ctx.path), "-2", "-T", "fields"]
     for f in DECODER_FIELDS:
         cmd += ["-e", f]
-    wall, rss, proc = run_timed(cmd)
+    wall, rss, proc, anon = run_timed(cmd)
     if proc.returncode:
-        return Result("tshark -2 decoders", wall, None, rss, status="failed", note=tail(proc.stderr))
-    return Result("tshark -2 decoders", wall, ctx.packets, rss, note=f"-2, {len(DECODER_FIELDS)} dns/kerberos/ldap/smb2 fields")
+        return Result("tshark -2 decoders", wall, None, rss, peak_anon_kb=anon, status="failed", note=tail(proc.stderr))
+    return Result("tshark -2 decoders", wall, ctx.packets, rss, peak_anon_kb=anon, note=f"-2, {len(DECODER_FIELDS)} dns/kerberos/ldap/smb2 fields")
 
 
 @stage("tshark -2, 1 packet", tags={"tshark"})
@@ -504,8 +536,8 @@ def stage_tshark_decoders_one(ctx: Ctx) -> Result:
         cmd = [exe, "-r", str(one), "-2", "-T", "fields"]
         for f in DECODER_FIELDS:
             cmd += ["-e", f]
-        wall, rss, proc = run_timed(cmd)
-    return Result("tshark -2, 1 packet", wall, 1, rss, status="failed" if proc.returncode else "ok")
+        wall, rss, proc, anon = run_timed(cmd)
+    return Result("tshark -2, 1 packet", wall, 1, rss, peak_anon_kb=anon, status="failed" if proc.returncode else "ok")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -662,7 +694,7 @@ RATIOS = [  # (what the issues ask, slow stage, fast stage, target)
     ("dpkt loop / herdscope export", "dpkt loop", "herdscope export", 10.0),
     ("tshark -2 tcp analysis / herdscope tcp", "tshark tcp analysis", "herdscope tcp", 10.0),
     ("tshark -2 decoders / herdscope decode", "tshark -2 decoders", "herdscope decode", 10.0),
-    ("tshark -2 decoders / herdscope scan (process)", "tshark -2 decoders", "herdscope scan", 10.0),
+    ("tshark -2 decoders / herdscope scan (process)", "tshark -2 decoders", "herdscope scan", 20.0),
 ]
 
 
@@ -674,8 +706,10 @@ MEMORY_ROWS = [  # (label, the whole capture's stage, the one-packet stage)
 
 
 def print_memory(ctx: Ctx) -> None:
-    """Memory per packet beyond the file: (peak RSS - file size - the same command's peak on one packet)
-    / packets, issue 13's measure (the file is memory-mapped by herdscope, read by tshark)."""
+    """Memory per packet beyond the file, two ways: issue 13's (peak RSS - file size - the same command's
+    peak on one packet) / packets (the file is memory-mapped by herdscope, read by tshark), and the
+    anonymous peak less the one-packet one, which leaves file-backed pages out and so still means
+    something when the file does not fit the page cache."""
     print()
     for label, whole, one in MEMORY_ROWS:
         rw, r1 = ctx.result(whole), ctx.result(one)
@@ -685,6 +719,10 @@ def print_memory(ctx: Ctx) -> None:
         verdict = ("ok" if per <= MEMORY_PER_PACKET_TARGET_B else "MISSES") if label == "herdscope scan" else "reference"
         print(f"{'memory per packet, ' + label:<42} {per:6.0f} B   (peak {rw.peak_rss_kb / 1024:.0f} MB, one packet "
               f"{r1.peak_rss_kb / 1024:.0f} MB; target <= {MEMORY_PER_PACKET_TARGET_B} B: {verdict})")
+        if rw.peak_anon_kb and r1.peak_anon_kb:
+            anon = (rw.peak_anon_kb - r1.peak_anon_kb) * 1024 / ctx.packets
+            print(f"{'  anonymous memory per packet':<42} {anon:6.0f} B   (peak RssAnon {rw.peak_anon_kb / 1024:.0f} MB, "
+                  f"one packet {r1.peak_anon_kb / 1024:.0f} MB)")
 
 
 def print_ratios(ctx: Ctx) -> None:
@@ -702,26 +740,13 @@ def print_ratios(ctx: Ctx) -> None:
             print(f"{label:<42} {ratio:6.1f}x   (target >= {target:g}x: {verdict})")
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--packets", type=int, default=1_000_000)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--format", choices=("pcap", "pcapng"), default="pcap")
-    ap.add_argument("--skip-tshark", action="store_true", help="skip the stages that run tshark")
-    ap.add_argument("--only", action="append", metavar="STAGE", help="run only these stages (repeatable)")
-    ap.add_argument("--json", metavar="OUT", help="write machine-readable results to OUT")
-    ap.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE, help="where captures are cached (.bench/)")
-    ap.add_argument("--regenerate", action="store_true", help="regenerate the capture even if cached")
-    ap.add_argument("--fixed-runs", type=int, default=5, metavar="N",
-                    help="runs of each fixed-cost command (median reported; 0 skips that section)")
-    args = ap.parse_args(argv)
-    args.cache_dir = args.cache_dir.resolve()
-
-    path, gen_s = ensure_capture(args.cache_dir, args.packets, args.seed, args.format, args.regenerate)
+def run_size(args: argparse.Namespace, packets: int) -> tuple[Ctx, list[dict], dict, bool]:
+    """Every stage (and the fixed costs) on the capture of ``packets`` packets: the context with its
+    results, the fixed-cost rows, the JSON document and whether a stage failed."""
+    path, gen_s = ensure_capture(args.cache_dir, packets, args.seed, args.format, args.regenerate)
     size = path.stat().st_size
-    ctx = Ctx(path, args.packets, size, args)
-    sys.path.insert(0, str(ROOT))
-    print(f"capture   {path} ({args.packets:,} packets, {size / 1e6:.1f} MB"
+    ctx = Ctx(path, packets, size, args)
+    print(f"capture   {path} ({packets:,} packets, {size / 1e6:.1f} MB"
           + (f", generated in {gen_s:.1f} s" if gen_s is not None else ", cached") + ")")
     print(f"machine   {platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, "
           f"Python {platform.python_version()}")
@@ -750,15 +775,72 @@ def main(argv=None) -> int:
     print_ratios(ctx)
     print_memory(ctx)
     print_fixed_costs(fixed)
+    doc = {"capture": str(path), "packets": packets, "bytes": size, "seed": args.seed,
+           "format": args.format, "generated_s": gen_s, "synth_digest": synth_digest(),
+           "machine": {"node": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version()},
+           "stages": [], "fixed_cost": fixed}
+    for r in ctx.results:
+        d = asdict(r)
+        d["packets_per_s"] = (r.packets or packets) / r.seconds if r.seconds else None
+        doc["stages"].append(d)
+    return ctx, fixed, doc, failed
+
+
+def print_sizes(runs: list[Ctx]) -> None:
+    """One line per capture size: the whole scan against tshark -2 with the decoders' fields, side by
+    side (time, ratio, memory per packet beyond the file by both measures)."""
+    if len(runs) < 2:
+        return
+    print()
+    head = (f"{'packets':>12} {'MB':>8} {'scan s':>8} {'tshark -2 s':>12} {'ratio':>7} {'scan peak':>10} "
+            f"{'B/pkt':>6} {'anon B/pkt':>10}")
+    print(head)
+    print("-" * len(head))
+    for ctx in runs:
+        scan, one, tshark = ctx.result("herdscope scan"), ctx.result("scan, 1 packet"), ctx.result("tshark -2 decoders")
+        ok = lambda r: r is not None and r.status == "ok" and r.seconds  # noqa: E731
+        ratio = f"{tshark.seconds / scan.seconds:.1f}x" if ok(scan) and ok(tshark) else "-"
+        per = anon = "-"
+        if ok(scan) and ok(one) and scan.peak_rss_kb and one.peak_rss_kb:
+            per = f"{(scan.peak_rss_kb * 1024 - ctx.size - one.peak_rss_kb * 1024) / ctx.packets:.0f}"
+            if scan.peak_anon_kb and one.peak_anon_kb:
+                anon = f"{(scan.peak_anon_kb - one.peak_anon_kb) * 1024 / ctx.packets:.0f}"
+        secs = lambda r: f"{r.seconds:.1f}" if ok(r) else "-"  # noqa: E731
+        peak = f"{scan.peak_rss_kb / 1024:.0f} MB" if ok(scan) and scan.peak_rss_kb else "-"
+        print(f"{ctx.packets:>12,} {ctx.size / 1e6:>8.0f} {secs(scan):>8} {secs(tshark):>12} {ratio:>7} {peak:>10} "
+              f"{per:>6} {anon:>10}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--packets", type=int, action="append",
+                    help="capture size in packets (repeat for several sizes, run one after the other; default 1000000)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--format", choices=("pcap", "pcapng"), default="pcap")
+    ap.add_argument("--skip-tshark", action="store_true", help="skip the stages that run tshark")
+    ap.add_argument("--only", action="append", metavar="STAGE", help="run only these stages (repeatable)")
+    ap.add_argument("--json", metavar="OUT", help="write machine-readable results to OUT")
+    ap.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE, help="where captures are cached (.bench/)")
+    ap.add_argument("--regenerate", action="store_true", help="regenerate the capture even if cached")
+    ap.add_argument("--fixed-runs", type=int, default=5, metavar="N",
+                    help="runs of each fixed-cost command (median reported; 0 skips that section)")
+    args = ap.parse_args(argv)
+    args.cache_dir = args.cache_dir.resolve()
+    sys.path.insert(0, str(ROOT))
+    runs, docs, failed = [], [], False
+    for k, packets in enumerate(args.packets or [1_000_000]):
+        if k:
+            print("\n")
+            args.fixed_runs = 0  # the fixed cost of a process does not depend on the capture's size
+        ctx, _, doc, bad = run_size(args, packets)
+        runs.append(ctx)
+        docs.append(doc)
+        failed |= bad
+    print_sizes(runs)
     if args.json:
-        doc = {"capture": str(path), "packets": args.packets, "bytes": size, "seed": args.seed,
-               "format": args.format, "generated_s": gen_s, "synth_digest": synth_digest(),
-               "machine": {"node": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version()},
-               "stages": [], "fixed_cost": fixed}
-        for r in ctx.results:
-            d = asdict(r)
-            d["packets_per_s"] = (r.packets or args.packets) / r.seconds if r.seconds else None
-            doc["stages"].append(d)
+        doc = dict(docs[0])
+        if len(docs) > 1:
+            doc["sizes"] = docs
         Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
     return 1 if failed else 0
 
