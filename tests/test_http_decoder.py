@@ -210,3 +210,21 @@ def test_mutations_never_raise(seed, n):
     out = decode(*msgs)
     assert out.height == n
     assert set(out["decode_error"].drop_nulls().to_list()) <= set(http.DECODE_ERRORS.values())
+
+
+@pytest.mark.parametrize("copy_bytes", [1, 100, 130, 300])
+def test_header_prefix_framing_is_the_whole_framing(monkeypatch, copy_bytes):
+    """http_messages and the Negotiate tokens are the same whether each message is copied whole or only
+    its first bytes, the connections of a header longer than them framed again (http._decode_capture)."""
+    from pathlib import Path
+    from analyzer import open_capture
+    root = Path(__file__).parent.parent
+    monkeypatch.setattr(http, "HEADER_COPY_BYTES", copy_bytes)
+    for path in (root / "samples" / "krb5-http-replay.pcapng", root / "samples" / "eval" / "krb5-http-cached-token.pcap"):
+        with open_capture(path) as cap:
+            whole = http.message_sets(cap)
+            want_frame, want_tokens = http.decode_messages(whole), http.token_sets(whole)
+            got_frame, got_tokens = cap.frame("http_messages"), http.negotiate_token_sets(cap)
+            assert got_frame.equals(want_frame)
+            want_ap = kerberos_ap.decode_tokens("http", want_tokens)
+            assert want_ap.height > 0 and kerberos_ap.decode_tokens("http", got_tokens).equals(want_ap)

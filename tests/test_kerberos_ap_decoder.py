@@ -260,3 +260,22 @@ def test_mutated_carriers_never_raise(seed, carrier):
 def test_random_carriers_never_raise(messages, carrier):
     out = rows(carrier, KERNELS[carrier], messages)
     assert out.height <= len(messages) * (4 if carrier == "smb2" else 1)
+
+
+def test_remembered_tokens_are_the_framed_again_tokens(monkeypatch):
+    """A carrier's tokens kept when its decoder built its messages frame (kerberos_ap_tokens) give the
+    frame that framing the carrier's connections again gives, compacted to the tokens' bytes."""
+    from analyzer.decoders import kerberos_ap_tokens
+    paths = [CORPUS / "zeek/krb/smb2_krb.pcap", CORPUS / "zeek/krb/kerberos_tso.pcapng",
+             REVIEW / "suricata-verify/smb2-09-trunc-file-logging/input.pcap"]
+    kept = []
+    for path in paths:
+        with open_capture(path) as cap:
+            kept.append(cap.frame("kerberos_ap"))
+            assert kerberos_ap_tokens.remembered(cap, "smb2_messages")  # the SESSION_SETUP tokens were kept
+    monkeypatch.setattr(kerberos_ap_tokens, "remember", lambda *args: None)
+    for path, want in zip(paths, kept):
+        with open_capture(path) as cap:
+            again = cap.frame("kerberos_ap")
+            assert kerberos_ap_tokens.remembered(cap, "smb2_messages") is None
+        assert again.filter(pl.col("carrier") == "smb2").height > 0 and again.equals(want), path

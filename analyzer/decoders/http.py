@@ -36,6 +36,7 @@ import polars as pl
 from ..capture import frame_builder
 from ..message_set import MessageSet
 from ..messages import KEPT_COLUMNS, protocol_message_sets
+from ..tcp import tcp_messages
 from ..schema import FRAMES, Column, column, empty_frame
 from . import ber
 from .kerberos_ap import register_token_source
@@ -85,6 +86,12 @@ MESSAGE_COLUMNS: tuple[Column, ...] = KEPT_COLUMNS + (
          polars=pl.String),
 )
 FRAMES.setdefault("http_messages", MESSAGE_COLUMNS)  # descriptions for ``herdscope export``
+
+# Bytes of each message the first framing copies (analyzer.tcp copies up to 64 KiB of each, bodies
+# included, by default: 214 MB on the 1M-packet synthetic capture). The decoder reads only the header
+# block, so a message whose empty line lies within this prefix decodes the same; the connections of
+# the others are framed again with the default copy (see _decoded_capture).
+HEADER_COPY_BYTES = 4096
 
 _STR_NAMES = ("method", "target", "reason", "host", "authorization", "www_authenticate")
 _INT_COLUMNS = {"status_code": (I_CODE, pl.UInt16), "content_length": (I_CONTENT_LENGTH, pl.Int64),
@@ -154,23 +161,58 @@ def _answered_requests(frame: pl.DataFrame) -> pl.Series:
 
 
 def _decode(sets: list[MessageSet]):
-    """(http_messages, per-set (rows frame, token buffer, token offsets, token lengths))."""
+    """(http_messages, the Negotiate token sets) of these message sets."""
     sets = [ms for ms in sets if ms.height]
+    return _assemble(sets, [_kernel(ms) for ms in sets])
+
+
+def _assemble(sets: list[MessageSet], parts: list[tuple]):
+    """(http_messages, token sets) from each set's :func:`_kernel` output, whose first item says
+    which of the set's rows its columns are."""
     if not sets:
         return empty_frame(MESSAGE_COLUMNS), []
-    parts = [_kernel(ms) for ms in sets]
     base, ints, spans, arena = ber.stack_sets(sets, [p[:4] for p in parts])
     frame = pl.concat([base, _decoded(ints, spans, arena)], how="horizontal")
     frame = frame.with_columns(_answered_requests(frame)).select([c.name for c in MESSAGE_COLUMNS])
     tokens = []
-    for ms, (_, p_ints, _, _, tbuf) in zip(sets, parts):
+    for ms, (rows, p_ints, _, _, tbuf) in zip(sets, parts):
         keep = p_ints[I_TOKEN_LEN] != ber.NULL
         if keep.any():
-            rows = ms.frame.filter(pl.Series(keep)).with_columns(
+            carriers = ms.frame[rows[keep]].with_columns(
                 pl.Series("offset", p_ints[I_TOKEN_AT][keep]),
                 pl.Series("length", p_ints[I_TOKEN_LEN][keep].astype(np.uint32)))
-            tokens.append(MessageSet(rows, tbuf))
+            tokens.append(MessageSet(carriers, tbuf))
     return frame, tokens
+
+
+def _only_rows(part: tuple, rows: np.ndarray) -> tuple:
+    """A :func:`_kernel` output restricted to these of its rows."""
+    u, ints, spans, arena, tbuf = part
+    return u[rows], ints[:, rows], spans[:, rows], arena, tbuf
+
+
+def _decode_capture(cap):
+    """``_decode(message_sets(cap))`` without copying every message's body: framed first copying
+    ``header_copy_bytes`` of each message; a message whose header block was not within them (no
+    empty line, the copy full) has its connection framed again as :func:`message_sets` frames it,
+    and that connection's rows come from there. Each connection is framed on its own (so its messages
+    are the same either way, analyzer.tcp.tcp_messages) and the decoder reads nothing past the empty
+    line, so the result is the same by construction; message and token order is by time with a set's
+    row order breaking ties, and ties are within one direction, which comes whole from one framing."""
+    header_copy_bytes = HEADER_COPY_BYTES
+    first = [ms for ms in tcp_messages(cap, PROTOCOL.tcp_framing, set(PROTOCOL.tcp_ports),
+                                       client_side=PROTOCOL.client_side, max_copy=header_copy_bytes)
+             if ms.height]
+    parts = [_kernel(ms) for ms in first]
+    again = [np.flatnonzero((p[1][I_HEADER_LEN] == ber.NULL)
+                            & (ms.frame["length"].to_numpy() >= header_copy_bytes)) for ms, p in zip(first, parts)]
+    redo = pl.concat([ms.frame["flow"][rows] for ms, rows in zip(first, again)]).unique() if first else None
+    if redo is None or redo.len() == 0:
+        return _assemble(first, parts)
+    kept = [np.flatnonzero(~ms.frame["flow"].is_in(redo.implode()).to_numpy()) for ms in first]
+    whole = [ms for ms in protocol_message_sets(cap, PROTOCOL, only_conns=redo) if ms.height]
+    return _assemble(first + whole, [_only_rows(p, rows) for p, rows in zip(parts, kept)]
+                     + [_kernel(ms) for ms in whole])
 
 
 def decode_messages(sets: list[MessageSet]) -> pl.DataFrame:
@@ -191,7 +233,7 @@ def message_sets(cap) -> list[MessageSet]:
 
 
 def _decoded_capture(cap):
-    return cap.memo("http_decoded", lambda: _decode(message_sets(cap)))
+    return cap.memo("http_decoded", lambda: _decode_capture(cap))
 
 
 def negotiate_token_sets(cap) -> list[MessageSet]:

@@ -48,7 +48,7 @@ from ..capture import frame_builder
 from ..messages import KEPT_COLUMNS, MessageSet, protocol_message_sets
 from ..schema import FRAMES, Column, column, empty_frame, polars_type
 from .protocol import Protocol
-from . import ber
+from . import ber, kerberos_ap_tokens
 from .common import TRANSACTION_COMMON, named_codes, unbroken_duration
 from .kerberos_ap import carrier_source, register_token_source
 from .kerberos_ap_carriers import kdc_tokens
@@ -405,7 +405,10 @@ def message_sets(cap) -> list[MessageSet]:
 
 @frame_builder("kerberos_messages")
 def _build_messages(cap) -> pl.DataFrame:
-    return decode_messages(message_sets(cap))
+    sets = message_sets(cap)
+    frame = decode_messages(sets)
+    kerberos_ap_tokens.remember(cap, "kerberos_messages", sets, frame)  # kerberos_ap's tokens: not framed again
+    return frame
 
 
 # kerberos_ap's kdc carrier: the AP-REQ in the PA-TGS-REQ padata of each TGS-REQ (RFC 4120 §5.4.1)

@@ -52,6 +52,7 @@ from ..schema import FRAMES, Column, column, empty_frame, polars_type
 from . import ber
 from . import gssapi as G
 from . import kerberos_ap_carriers as K
+from . import kerberos_ap_tokens
 from . import ldap, smb2
 from .kerberos_codes import ERROR_CODES
 from .kerberos_layout import (I_AP_OPTIONS, I_APP, I_AUTH_CIPHER_END, I_AUTH_CIPHER_START, I_ENC_ETYPE,
@@ -260,37 +261,30 @@ def build(cap) -> pl.DataFrame:
 
 # --- carriers whose kernels are in kerberos_ap_carriers (kdc and http register themselves) ---------------
 
-def _token_sets(sets: list[MessageSet], kernel) -> list[MessageSet]:
-    """Carrier message sets → token sets through one of :mod:`.kerberos_ap_carriers`' kernels."""
-    out = []
-    for ms in sets:
-        if not ms.height:
-            continue
-        fr = ms.frame
-        args = (ms.buf, fr["offset"].to_numpy().astype(np.int64), fr["length"].to_numpy().astype(np.int64),
-                fr["wire_length"].to_numpy().astype(np.int64))
-        n = kernel(*args, np.empty((4, 0), np.int64), False)
-        if n == 0:
-            continue
-        found = np.empty((4, n), np.int64)
-        kernel(*args, found, True)
-        tokens = fr[found[0]].with_columns(pl.Series("offset", found[1]), pl.Series("length", found[2]).cast(pl.UInt32),
-                                           pl.Series("carrier_status", found[3]))
-        out.append(MessageSet(tokens, ms.buf))
-    return out
+_token_sets = kerberos_ap_tokens.token_sets  # (the tests call it by this name)
 
 
 def carrier_source(protocol: Protocol, messages_frame: str, wanted: pl.Expr, kernel) -> Callable:
     """A token source (module doc) for a carrier: the message sets of ``protocol`` and ``kernel`` (one of
     :mod:`.kerberos_ap_carriers`') finds the tokens in them; a capture none of whose ``messages_frame``
     rows match ``wanted`` (the messages that can carry a token) has none. Of TCP only the connections
-    with such a message are framed again (a capture's SMB2 or LDAP streams are mostly not binds)."""
+    with such a message count (a capture's SMB2 or LDAP streams are mostly not binds): their tokens
+    as the decoder found them when it built ``messages_frame`` (:mod:`.kerberos_ap_tokens`), else
+    those connections framed again. Each connection is framed on its own and UDP always whole, so
+    both give the same token rows in the same order."""
+    kerberos_ap_tokens.register_kernel(messages_frame, kernel, wanted)
+
     def source(cap) -> list[MessageSet]:
         candidates = cap.frame(messages_frame).filter(wanted)
         if candidates.height == 0:
             return []
         conns = candidates.filter(pl.col("transport") == "tcp")["flow"].unique()
-        return _token_sets(protocol_message_sets(cap, protocol, only_conns=conns), kernel)
+        kept = kerberos_ap_tokens.remembered(cap, messages_frame)
+        if kept is None:
+            return _token_sets(protocol_message_sets(cap, protocol, only_conns=conns), kernel)
+        mine = (pl.col("transport") == "udp") | pl.col("flow").is_in(conns.implode())
+        sets = [MessageSet(ms.frame.filter(mine), ms.buf) for ms in kept]
+        return [ms for ms in sets if ms.height]
     return source
 
 

@@ -242,3 +242,11 @@ def kdc_tokens(buf, offsets, lengths, wires, out, fill):
                     break
             break
     return k
+
+
+@njit(cache=True)
+def copy_tokens(buf, start, length, at, out):
+    """Token j's bytes ``buf[start[j]:start[j] + length[j]]`` to ``out[at[j]:]`` (the caller checks
+    that every token lies inside ``buf`` and ``at`` is the running sum of ``length``)."""
+    for j in range(start.shape[0]):
+        out[at[j]:at[j] + length[j]] = buf[start[j]:start[j] + length[j]]

@@ -56,7 +56,7 @@ from ..capture import frame_builder
 from ..messages import KEPT_COLUMNS, MessageSet, protocol_message_sets
 from ..schema import FRAMES, Column, column, empty_frame, polars_type
 from .protocol import Protocol
-from . import ber
+from . import ber, kerberos_ap_tokens
 from . import ldap_sync
 from .common import TRANSACTION_COMMON, named_codes
 from .ldap_filter import MAX_FILTER_DEPTH  # noqa: F401  (public here too)
@@ -368,7 +368,9 @@ def _build_messages(cap) -> pl.DataFrame:
     set_units = [units(ms) for ms in sets]
     if "ldap_sync" not in cap.built_frames():
         cap.set_frame("ldap_sync", ldap_sync.decode_sync(sets, set_units))
-    return decode_messages(sets, set_units)
+    frame = decode_messages(sets, set_units)
+    kerberos_ap_tokens.remember(cap, "ldap_messages", sets, frame)  # kerberos_ap's tokens: not framed again
+    return frame
 
 
 def outcome_rules() -> tuple[str, str]:

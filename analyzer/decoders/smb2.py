@@ -30,7 +30,7 @@ from ..schema import FRAMES, Column, column, empty_frame
 from .protocol import Protocol
 from . import smb2_kernel as k
 from . import smb2_tables as t
-from . import ntstatus
+from . import kerberos_ap_tokens, ntstatus
 from .ntstatus import code_names, status_names
 from .smb2_pairing import BREAK_COLUMNS, TRANSACTION_COLUMNS, Params, break_frame, pair_transactions
 from .text import arena_strings
@@ -194,9 +194,11 @@ def _session_messages(ms: MessageSet) -> pl.DataFrame:
 
 
 def _masked(name: str, values: np.ndarray, valid: np.ndarray) -> pl.Series:
+    """``values`` with nulls where not ``valid``. Built by Polars, not ``pa.array(values, mask=...)``:
+    pyarrow's conversion of a NumPy array imports pandas (~0.25 s CPU) only to rule it out."""
     if valid.all():
         return pl.Series(name, values)
-    return pl.Series(name, pa.array(values, mask=~valid))
+    return pl.select(pl.when(pl.lit(pl.Series(valid))).then(pl.lit(pl.Series(name, values)))).to_series()
 
 
 def _dialect_lists(arena: np.ndarray, start: np.ndarray, nbytes: np.ndarray) -> pl.Series:
@@ -209,8 +211,11 @@ def _dialect_lists(arena: np.ndarray, start: np.ndarray, nbytes: np.ndarray) -> 
     idx = np.repeat(start, counts) + 2 * within
     values = (arena[idx].astype(np.uint16) | (arena[idx + 1].astype(np.uint16) << 8)) if total else \
         np.zeros(0, np.uint16)
-    arr = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values, pa.uint16()),
-                                        mask=pa.array(~valid))
+    # from Arrow buffers: pa.array() of a NumPy array would import pandas (see _masked)
+    items = pa.Array.from_buffers(pa.uint16(), total, [None, pa.py_buffer(np.ascontiguousarray(values, np.uint16))])
+    arr = pa.Array.from_buffers(pa.large_list(pa.uint16()), len(counts),
+                                [pa.py_buffer(np.packbits(valid, bitorder="little")), pa.py_buffer(offsets)],
+                                children=[items])
     return pl.Series("dialects", pl.from_arrow(arr)).cast(pl.List(pl.UInt16))
 
 
@@ -355,7 +360,10 @@ FRAMES.setdefault("smb2_breaks", BREAK_COLUMNS)
 
 @frame_builder("smb2_messages")
 def _build_messages(cap) -> pl.DataFrame:
-    return decode_messages(message_sets(cap))
+    sets = message_sets(cap)
+    frame = decode_messages(sets)
+    kerberos_ap_tokens.remember(cap, "smb2_messages", sets, frame)  # SESSION_SETUP tokens: not framed again
+    return frame
 
 
 @frame_builder("smb2_transactions")
