@@ -9,6 +9,18 @@ import numpy as np
 from numba import njit
 
 
+@njit(cache=True, inline="always")
+def _new_windows(t_i, last_k, step, window):
+    """(first, last) window holding time ``t_i`` that its group has not listed yet (windows up to
+    ``last_k`` are): window k covers [k step, k step + window); empty when last < first."""
+    lo = (t_i - window) // step + 1
+    if lo < 0:
+        lo = 0
+    if lo <= last_k:
+        lo = last_k + 1
+    return lo, t_i // step
+
+
 @njit(cache=True)
 def _count_windows(g, t, step, window):
     """How many (group, window) pairs hold an event: ``g``, ``t`` sorted by group, then time (t >= 0)."""
@@ -20,12 +32,7 @@ def _count_windows(g, t, step, window):
         if i == 0 or g[i] != last_g:
             last_g = g[i]
             last_k = -1
-        lo = (t[i] - window) // step + 1
-        if lo < 0:
-            lo = 0
-        hi = t[i] // step
-        if lo <= last_k:
-            lo = last_k + 1
+        lo, hi = _new_windows(t[i], last_k, step, window)
         if hi >= lo:
             out += hi - lo + 1
             last_k = hi
@@ -48,12 +55,7 @@ def _windows_of(g, t, step, window, m):
         if i == 0 or g[i] != last_g:
             last_g = g[i]
             last_k = -1
-        lo = (t[i] - window) // step + 1
-        if lo < 0:
-            lo = 0
-        hi = t[i] // step
-        if lo <= last_k:
-            lo = last_k + 1
+        lo, hi = _new_windows(t[i], last_k, step, window)
         for k in range(lo, hi + 1):
             # events of this group in [k step, k step + window): event i is the first (every earlier one
             # lies before k step: their last window is at most last_k < k), the run ends at y

@@ -57,6 +57,7 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parents[2]
 SYNTH = ROOT / "samples" / "synth.py"
 DEFAULT_CACHE = ROOT / ".bench"
+TIME_BIN = "/usr/bin/time"
 
 TSHARK_FIELDS = ["frame.number", "frame.time_epoch", "frame.cap_len", "frame.len", "ip.src", "ip.dst",
                  "ipv6.src", "ipv6.dst", "ip.proto", "tcp.srcport", "tcp.dstport", "udp.srcport",
@@ -150,35 +151,58 @@ class PeakRSS:
 def run_timed(cmd: list[str], *, stdout=subprocess.DEVNULL,
               cwd: Path | None = None) -> tuple[float, int | None, subprocess.CompletedProcess, int | None]:
     """Run ``cmd``; returns (wall seconds, peak RSS kB of the command, completed process, peak anonymous
-    memory kB). The peak RSS is the kernel's own (``wait4``'s ``ru_maxrss`` of that one child); the
-    anonymous peak (``RssAnon`` of /proc/PID/status, sampled every few ms) leaves out file-backed pages,
-    i.e. the memory-mapped capture, which is what "memory beyond the map" means when the file is larger
-    than what the page cache can hold (issue 13's 100M-packet run)."""
+    memory kB). The peak RSS is ``/usr/bin/time -v``'s: a child forked straight from this process would
+    report this process's own high-water mark (Linux carries it across fork and exec into the child's
+    ``ru_maxrss``), and the in-process stages make this process big. The anonymous peak (``RssAnon``
+    of the command under ``time``, sampled every few ms) leaves file-backed pages out, i.e. the
+    memory-mapped capture: what "memory beyond the map" means when the file is larger than the page
+    cache can hold (issue 13's 100M-packet run)."""
+    use_time = os.access(TIME_BIN, os.X_OK)
+    full = [TIME_BIN, "-v", *cmd] if use_time else cmd
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE, text=True, cwd=cwd)
-    anon = AnonPeak(proc.pid)
+    proc = subprocess.Popen(full, stdout=stdout, stderr=subprocess.PIPE, text=True, cwd=cwd)
+    anon = AnonPeak(proc.pid, child=use_time)
     anon.start()
-    err = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
+    err = proc.communicate()[1]
     wall = time.perf_counter() - t0
     anon.stop()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    proc.stderr.close()
-    done = subprocess.CompletedProcess(cmd, proc.returncode, None, err)
-    return wall, usage.ru_maxrss or None, done, anon.peak_kb or None
+    rss = None
+    if use_time:
+        m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", err)
+        rss = int(m.group(1)) if m else None
+        err = "\n".join(l for l in err.splitlines() if not l.startswith("\t"))
+    else:
+        after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        rss = after if after > before else None     # max over all children so far
+    return wall, rss, subprocess.CompletedProcess(full, proc.returncode, None, err), anon.peak_kb or None
 
 
 class AnonPeak:
     """The highest ``RssAnon`` of process ``pid`` seen while it runs (kB), sampled on a thread."""
 
-    def __init__(self, pid: int, interval: float = 0.005):
-        self.pid, self.interval, self.peak_kb = pid, interval, 0
+    def __init__(self, pid: int, interval: float = 0.005, *, child: bool = False):
+        # child: ``pid`` is ``time``'s; the command measured is its (first) child
+        self.pid, self.interval, self.peak_kb, self.child = pid, interval, 0, child
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _sample(self) -> None:
+    def _target(self) -> int | None:
+        if not self.child:
+            return self.pid
         try:
-            with open(f"/proc/{self.pid}/status") as f:
+            with open(f"/proc/{self.pid}/task/{self.pid}/children") as f:
+                kids = f.read().split()
+        except OSError:
+            return None
+        return int(kids[0]) if kids else None
+
+    def _sample(self) -> None:
+        pid = self._target()
+        if pid is None:
+            return
+        try:
+            with open(f"/proc/{pid}/status") as f:
                 for line in f:
                     if line.startswith("RssAnon:"):
                         self.peak_kb = max(self.peak_kb, int(line.split()[1]))
