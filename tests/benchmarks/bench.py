@@ -162,11 +162,9 @@ def run_timed(cmd: list[str], *, stdout=subprocess.DEVNULL,
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     t0 = time.perf_counter()
     proc = subprocess.Popen(full, stdout=stdout, stderr=subprocess.PIPE, text=True, cwd=cwd)
-    anon = AnonPeak(proc.pid, child=use_time)
-    anon.start()
-    err = proc.communicate()[1]
+    with AnonPeak(proc.pid, child=use_time) as anon:
+        err = proc.communicate()[1]
     wall = time.perf_counter() - t0
-    anon.stop()
     rss = None
     if use_time:
         m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", err)
@@ -175,17 +173,16 @@ def run_timed(cmd: list[str], *, stdout=subprocess.DEVNULL,
     else:
         after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         rss = after if after > before else None     # max over all children so far
-    return wall, rss, subprocess.CompletedProcess(full, proc.returncode, None, err), anon.peak_kb or None
+    return wall, rss, subprocess.CompletedProcess(full, proc.returncode, None, err), anon.peak or None
 
 
-class AnonPeak:
-    """The highest ``RssAnon`` of process ``pid`` seen while it runs (kB), sampled on a thread."""
+class AnonPeak(PeakRSS):
+    """The highest ``RssAnon`` of process ``pid`` while the block runs (kB), sampled as :class:`PeakRSS`
+    samples this process; ``child``: ``pid`` is ``time``'s, the command measured is its (first) child."""
 
-    def __init__(self, pid: int, interval: float = 0.005, *, child: bool = False):
-        # child: ``pid`` is ``time``'s; the command measured is its (first) child
-        self.pid, self.interval, self.peak_kb, self.child = pid, interval, 0, child
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+    def __init__(self, pid: int, *, child: bool = False):
+        super().__init__()
+        self.pid, self.child = pid, child
 
     def _target(self) -> int | None:
         if not self.child:
@@ -197,30 +194,16 @@ class AnonPeak:
             return None
         return int(kids[0]) if kids else None
 
-    def _sample(self) -> None:
+    def current_kb(self) -> int:
         pid = self._target()
-        if pid is None:
-            return
         try:
             with open(f"/proc/{pid}/status") as f:
                 for line in f:
                     if line.startswith("RssAnon:"):
-                        self.peak_kb = max(self.peak_kb, int(line.split()[1]))
-                        return
-        except OSError:
+                        return int(line.split()[1])
+        except (OSError, TypeError):  # not started yet, or gone
             pass
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._sample()
-            self._stop.wait(self.interval)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
+        return 0
 
 
 def tail(text: str, n: int = 300) -> str:
