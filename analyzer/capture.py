@@ -23,7 +23,7 @@ from .source import CaptureBytes
 # --frames packets) pays for neither their import nor their Numba cache loading.
 FRAME_BUILDERS: dict[str, Callable[["Capture"], pl.DataFrame]] = {}
 # the frames the reader makes (release() keeps them)
-_READER_FRAMES = ("packets", "tcp_sack", "icmp_errors", "interfaces")
+READER_FRAMES = ("packets", "tcp_sack", "icmp_errors", "interfaces")
 _BUILDER_MODULES = ("analyzer.tcp", "analyzer.decoders.registry", "analyzer.mac_control")
 
 
@@ -121,7 +121,7 @@ class Capture:
     def restrict_packets(self, kept: pl.DataFrame) -> None:
         """Keep only these rows of ``packets`` (and their SACK blocks and ICMP errors) before anything
         is derived from them: the selection of analyzer/selection.py. Frame numbers stay the file's."""
-        derived = set(self._frames) - set(_READER_FRAMES)
+        derived = set(self._frames) - set(READER_FRAMES)
         if derived or self._memo:
             raise RuntimeError(f"restrict_packets after frames were derived ({', '.join(sorted(derived))})")
         frames = kept.select("frame")
@@ -135,7 +135,7 @@ class Capture:
         ``packets`` but ``packet_columns`` (in the frame and in the reader's tables, which hold it
         too). What a scan does between building its detectors' frames and running them (issue 13:
         the packets frame alone is ~90 B per packet). Later requests for a frame not kept raise."""
-        keep = set(keep) | set(_READER_FRAMES)
+        keep = set(keep) | set(READER_FRAMES)
         missing = sorted(n for n in keep if n not in self._frames)
         if missing:
             raise RuntimeError(f"release before these frames were built: {', '.join(missing)}")
@@ -151,7 +151,7 @@ class Capture:
     def drop(self, names) -> None:
         """Forget these frames (a scan, after the last detector that reads them)."""
         for name in names:
-            if name not in _READER_FRAMES and self._frames.pop(name, None) is not None:
+            if name not in READER_FRAMES and self._frames.pop(name, None) is not None:
                 self._freed.add(name)
 
     def frame_names(self) -> list[str]:

@@ -258,8 +258,14 @@ def detector_options(command):
               help="also list each population finding's members (the per-client or per-connection findings it "
                    "stands for) beneath it; without it they are left out (member_ids names them) and never "
                    "count for --fail-on")
+@click.option("--workers", type=click.IntRange(min=1), metavar="N",
+              help="decode on a local Dask cluster of N worker processes, one server partition each; the "
+                   "findings are the same (needs pip install 'herdscope[distributed]')")
+@click.option("--scheduler", metavar="tcp://HOST:8786",
+              help="decode on the Dask cluster of this scheduler instead (its workers must be able to open "
+                   "the files at the same paths)")
 def scan(files, detector_list, config_path, sets, start, end, hosts, ports, fmt, output, fail_on, separate, quiet,
-         expand) -> int:
+         expand, workers, scheduler) -> int:
     from detectors.scan_command import scan as scan_captures  # lazy: the detectors load Polars and Numba
     from detectors.scan_config import scan_config  # lazy: as above
 
@@ -267,9 +273,11 @@ def scan(files, detector_list, config_path, sets, start, end, hosts, ports, fmt,
     selection = parse_selection(start, end, hosts, ports)
     if fmt == "parquet" and not output:
         raise click.UsageError("--format parquet needs --output PATH")
+    if workers and scheduler:
+        raise click.UsageError("--workers and --scheduler exclude each other (a local cluster, or an existing one)")
     check_output_file("--output", output)
     return scan_captures(files, cfg, selection, fmt=fmt, output=output, separate=separate, quiet=quiet,
-                         expand=expand)
+                         expand=expand, workers=workers, scheduler=scheduler)
 
 
 # detectors.diff_gate.GateParams' fields, written out so that --help loads no detector (tests/test_diff.py

@@ -7,6 +7,7 @@ command), run the detectors, and print through :mod:`detectors.report`, :mod:`de
 """
 from __future__ import annotations
 
+import contextlib
 import json
 
 import click
@@ -27,44 +28,71 @@ from .show import check_id, find_finding, print_finding, tshark_summaries
 
 
 def scan(files, cfg: ScanConfig, selection, *, fmt: str, output: str | None, separate: bool, quiet: bool,
-         expand: bool) -> int:
+         expand: bool, workers: int | None = None, scheduler: str | None = None) -> int:
     """Run the detectors over ``files`` (one capture, or each on its own with ``separate``) and write
     the report; the exit code says whether a finding reached ``cfg.fail_on``. The options were
-    checked by the caller (outputs are writable, parquet has an output) before this reads anything."""
+    checked by the caller (outputs are writable, parquet has an output) before this reads anything.
+    With ``workers`` or ``scheduler`` the decoding runs on a Dask cluster (``analyzer.distributed``)."""
     groups = [[f] for f in files] if separate else [list(files)]
     results, frames = [], []
     code = ExitCode.OK
-    for group in groups:
-        try:
-            cap = open_captures(group)
-        except UnreadableCapture as exc:
-            fail(str(exc))
-            code = ExitCode.UNREADABLE
-            continue
-        select(cap, selection)
-        linker = linker_params(cfg)
-        kept = incidents.retain(cap, required_frames(cfg.detectors))  # what release would free
-        findings = run_detectors(cap, cfg, release=True)
-        stage("incidents")
-        linked = incidents.link(findings, cap, linker, retained=kept)
-        listed = expanded(findings) if expand else top_level(findings)  # populations' members: --expand
-        names = cfg.detectors or list(available())
-        label = "+".join(group)
-        for warning in cap.warnings:
-            fail(f"warning: {warning}")
-        summary = capture_summary(cap, group, top_level(findings), names)
-        summary["warnings"] = list(cap.warnings)  # files read once, pieces overlapping or with a gap
-        results.append((summary, finding_records(listed, label, cap, linked), incident_records(linked, label)))
-        part_of = incidents.incident_of(linked)
-        frames.append(listed.with_columns(pl.lit(label).alias("capture"),
-                                          pl.col("finding_id").replace_strict(part_of, default=None,
-                                                                              return_dtype=pl.String).alias("incident")))
-        if at_least(top_level(findings), cfg.fail_on).height and code == ExitCode.OK:
-            code = ExitCode.FINDINGS
-        cap.close()
+    with contextlib.ExitStack() as stack:
+        client = None
+        if workers or scheduler:
+            from analyzer import distributed  # lazy: only these options import Dask
+
+            client = stack.enter_context(distributed.cluster(workers, scheduler))
+        for group in groups:
+            code = _scan_group(group, cfg, selection, client, scheduler is None, expand, results, frames, code)
     with writing("--output", output):
         write_scan(results, frames, fmt, cfg.fail_on, output, quiet)
     return code
+
+
+def _scan_group(group, cfg: ScanConfig, selection, client, local: bool, expand: bool, results, frames, code):
+    """One capture of a scan: its report and findings appended to ``results`` and ``frames``; the exit
+    code so far, updated."""
+    try:
+        cap = open_captures(group)
+    except UnreadableCapture as exc:
+        fail(str(exc))
+        return ExitCode.UNREADABLE
+    select(cap, selection)
+    if client is not None:
+        decode_on_cluster(client, cap, group, selection, cfg, local=local)
+    linker = linker_params(cfg)
+    kept = incidents.retain(cap, required_frames(cfg.detectors))  # what release would free
+    findings = run_detectors(cap, cfg, release=True)
+    stage("incidents")
+    linked = incidents.link(findings, cap, linker, retained=kept)
+    listed = expanded(findings) if expand else top_level(findings)  # populations' members: --expand
+    names = cfg.detectors or list(available())
+    label = "+".join(group)
+    for warning in cap.warnings:
+        fail(f"warning: {warning}")
+    summary = capture_summary(cap, group, top_level(findings), names)
+    summary["warnings"] = list(cap.warnings)  # files read once, pieces overlapping or with a gap
+    results.append((summary, finding_records(listed, label, cap, linked), incident_records(linked, label)))
+    part_of = incidents.incident_of(linked)
+    frames.append(listed.with_columns(pl.lit(label).alias("capture"),
+                                      pl.col("finding_id").replace_strict(part_of, default=None,
+                                                                          return_dtype=pl.String).alias("incident")))
+    if at_least(top_level(findings), cfg.fail_on).height and code == ExitCode.OK:
+        code = ExitCode.FINDINGS
+    cap.close()
+    return code
+
+
+def decode_on_cluster(client, cap, files, selection, cfg: ScanConfig, *, local: bool) -> None:
+    """Give ``cap`` the frames ``cfg``'s detectors read, decoded on the cluster (the reader's own frames
+    stay the local ones)."""
+    from analyzer import distributed
+    from analyzer.capture import READER_FRAMES
+
+    stage("decode on the cluster")
+    names = [n for n in required_frames(cfg.detectors) if n not in READER_FRAMES]
+    for name, frame in distributed.decode_frames(client, files, selection, names, local=local).items():
+        cap.set_frame(name, frame)
 
 
 def run_detectors(cap, cfg: ScanConfig, *, release: bool) -> pl.DataFrame:

@@ -1,0 +1,104 @@
+"""Decoding on a Dask cluster: ``herdscope scan --workers N`` and ``--scheduler tcp://HOST:8786``.
+
+Each task opens the capture files, keeps one server partition of their packets
+(``analyzer.partitions``: every packet to or from the partition's servers, so connections, flows and
+per-server decoder state stay whole), runs TCP analysis and the decoders on it and sends back the
+frames the detectors read; the caller merges them (:func:`analyzer.partitions.merge_frames`) into
+exactly the frames a single process builds and runs the detectors on those. There are as many
+partitions as the cluster has worker threads.
+
+Dask is an optional extra (``pip install 'herdscope[distributed]'``): it is imported here only, when
+one of the options is given. A local cluster has one thread per worker process, and each worker's
+Polars and Numba are held to one thread, so N workers use N cores and do not oversubscribe them.
+Every worker reads the files itself (from a path it can open: on a remote cluster, shared storage).
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+
+import click
+import polars as pl
+
+from . import selection as select
+from .capture import open_captures
+from .partitions import decode_partition, merge_frames, restrict_to_partition
+
+INSTALL_HINT = "pip install 'herdscope[distributed]' (Dask's distributed scheduler)"
+# what a local worker's own thread pools are held to: one Dask thread, one core
+WORKER_ENV = {"POLARS_MAX_THREADS": "1", "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+
+
+def _dask():
+    try:
+        import distributed  # lazy: the optional extra herdscope[distributed], imported only for these options
+    except ImportError:
+        raise click.UsageError(f"--workers and --scheduler need Dask: {INSTALL_HINT}") from None
+    return distributed
+
+
+@contextlib.contextmanager
+def cluster(workers: int | None = None, scheduler: str | None = None):
+    """A ``distributed.Client``: of a new LocalCluster of ``workers`` processes, or of the running
+    scheduler at ``scheduler``; closed (and the local cluster stopped) on exit."""
+    distributed = _dask()
+    if scheduler:
+        try:
+            client = distributed.Client(scheduler, timeout="10s")
+        except (OSError, TimeoutError) as exc:
+            raise click.UsageError(f"--scheduler {scheduler}: cannot reach it ({exc})") from exc
+        with client:
+            yield client
+        return
+    local = distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                     dashboard_address=None, silence_logs=logging.ERROR, env=WORKER_ENV)
+    with local, distributed.Client(local) as client:
+        yield client
+
+
+def _threads(client) -> int:
+    info = client.scheduler_info(n_workers=-1)  # every worker (the default lists only the first five)
+    return max(1, sum(w.get("nthreads", 1) for w in info["workers"].values()))
+
+
+def decode_partition_task(files: list[str], selection, names: list[str], index: int, count: int,
+                          spill_dir: str | None = None):
+    """One task: the frames ``names`` of partition ``index`` of ``count`` of the files read as one
+    capture (after ``selection``, as the caller applied it). With ``spill_dir`` the frames are written
+    there as Arrow IPC files and their paths returned: on one machine that is several times faster
+    than sending them through the cluster's sockets (171 MB of frames of 1M packets: ~3.5 s)."""
+    cap = open_captures(files)
+    try:
+        select.apply(cap, selection)
+        restrict_to_partition(cap, index, count)
+        frames = decode_partition(cap, names)
+    finally:
+        cap.close()
+    if spill_dir is None:
+        return frames
+    paths = {}
+    for name, frame in frames.items():
+        paths[name] = os.path.join(spill_dir, f"{index}-{name}.arrow")
+        frame.write_ipc(paths[name], compression="uncompressed")
+    return paths
+
+
+def _read_spilled(paths: dict[str, str]):
+    return {name: pl.read_ipc(path) for name, path in paths.items()}
+
+
+def decode_frames(client, files: list[str], selection, names, *, local: bool) -> dict:
+    """The frames ``names`` of the files, decoded partition by partition on ``client``'s cluster and
+    merged: the same frames as a single process builds (``analyzer.partitions``). ``local``: the
+    workers share this machine's file system, so the frames come back through a temporary directory."""
+    count = _threads(client)
+    with contextlib.ExitStack() as stack:
+        spill = stack.enter_context(tempfile.TemporaryDirectory(prefix="herdscope-")) if local else None
+        futures = [client.submit(decode_partition_task, list(files), selection, list(names), k, count, spill,
+                                 pure=False) for k in range(count)]
+        parts = client.gather(futures)
+        if local:
+            parts = [_read_spilled(p) for p in parts]
+    return merge_frames(parts)

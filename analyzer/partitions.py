@@ -1,0 +1,268 @@
+"""Decoding a capture in server partitions, and merging the partitions' frames into the whole run's.
+
+What a distributed scan is built on (issue 13; ``analyzer/distributed.py`` runs it on Dask). Most
+decoder state lives between two hosts (a TCP connection and its reassembly, a UDP flow, a request
+waiting for its response, a RoCE queue pair), but three decoders keep state per *server*, across
+its clients: an SMB2 break's trigger is another client's CREATE, an NFS file handle's path is learned
+from another client's LOOKUP, Kerberos numbers logins across the capture. So the unit of decoding is
+the server: every packet to or from it, in one partition.
+
+**The server of a packet** (:func:`partition_of_packets`) is a function of its unordered address pair,
+so both directions of every connection, flow and queue pair land together:
+- a *service address* is one that received a packet on a decoder's port (``Protocol.ports``) or sent
+  one from it;
+- of a packet's two addresses, the one that is a service address is its server; when both are (two
+  servers talking, RoCE peers) or neither is, the one first seen in the capture is (the lower
+  code in the capture's address Enum). The NFS callback
+  channel, on which the NFS server is the TCP client, thereby stays with its NFS server;
+- packets without addresses (PAUSE frames, ARP) are partition 0's.
+Partition ``k`` of ``n`` holds the servers whose address hashes to ``k`` (Polars' ``hash(seed=0)``,
+the same on every worker).
+
+**The merge** (:func:`merge_frames`) concatenates each frame's partitions and gives back the whole
+run's rows, ids and order:
+- ``conn`` (Wireshark's ``tcp.stream``, and ``flow`` of TCP rows, ``owner_flow``/``trigger_flow`` of
+  ``smb2_breaks``) is renumbered by first frame, as the connection table numbers it;
+- ``flow`` of UDP rows is a dense rank of (client, client port, server, server port) per protocol,
+  recomputed over the union of the partitions' flows;
+- ``qp_pair`` (RoCE) is recomputed as the dense rank of its unordered endpoints and source port;
+- ordinals that count messages or logins across the capture (``message`` of ``nfs_*`` and
+  ``smb2_*``, ``login`` of ``kerberos_transactions``) are kept unique by offsetting each partition's
+  by the counts of the partitions before it; they order rows within a partition as in the whole run
+  but are not the whole run's numbers (no detector reads them);
+- rows are put in the order each frame's builder sorts them (:data:`MERGE_ORDER`).
+Checked on every sample (``tests/test_partitions.py``): every frame the detectors read is the whole
+run's, the ordinals above aside, and so are the findings.
+"""
+from __future__ import annotations
+
+import polars as pl
+
+from .decoders.registry import protocol_of_frame, protocols
+
+# frame -> the columns its builder sorts its rows by (after the ids are renumbered); a frame not
+# listed here keeps partition order, which tests/test_partitions.py would catch
+MERGE_ORDER: dict[str, tuple[str, ...]] = {
+    "tcp_segments": ("frame",),
+    "connections": ("conn",),
+    "dns_messages": ("frame_first", "frame_last"),
+    "kerberos_messages": ("frame_last",),
+    "ldap_messages": ("frame_last",),
+    "smb2_messages": ("frame_last", "message", "chain_index"),
+    "nfs_messages": ("ts_last_ns", "message", "op_index"),
+    "http_messages": ("frame_first", "frame_last"),
+    "dns_transactions": ("request_ts_ns", "request_frame"),
+    "kerberos_transactions": ("request_ts_ns", "request_frame"),
+    "ldap_transactions": ("request_ts_ns", "request_frame"),
+    "smb2_transactions": ("request_ts_ns", "request_frame"),
+    "nfs_transactions": ("request_ts_ns", "request_frame"),
+    "kerberos_ap": ("ts_ns", "frame"),
+    "ldap_sync": ("ts_ns", "frame"),
+    "smb2_breaks": ("ts_ns", "frame"),
+    "pause_frames": ("frame",),
+    "rocev2_packets": ("frame",),
+    "rocev2_flows": ("first_ns", "qp_pair"),
+    "tcp_sack": ("frame", "block"),
+    "icmp_errors": ("frame",),
+}
+# per-partition ordinals, offset to stay unique (module doc)
+ORDINALS: dict[str, tuple[str, ...]] = {
+    "smb2_messages": ("message",), "smb2_transactions": ("message",),
+    "nfs_messages": ("message",), "nfs_transactions": ("message",),
+    "kerberos_transactions": ("login",),
+}
+_TCP_FLOW_COLUMNS = ("owner_flow", "trigger_flow")  # smb2_breaks: connections of other rows
+_CONN_MAP = "_conn_first_frame"  # what a partition hands over besides its frames: conn -> first frame
+_ADDRESSES = "_address_dtype"  # and the capture's address Enum (an empty column of it): what codes are
+
+
+def service_addresses(packets: pl.DataFrame, ports) -> pl.Series:
+    """The codes (in the capture's address Enum) of the addresses that received a packet on one of
+    ``ports`` or sent one from it."""
+    ports = pl.Series(sorted(set(ports)), dtype=pl.UInt16).implode()
+    to_port = packets.filter(pl.col("dport").is_in(ports)).select(pl.col("dst").to_physical().alias("a"))
+    from_port = packets.filter(pl.col("sport").is_in(ports)).select(pl.col("src").to_physical().alias("a"))
+    return pl.concat([to_port, from_port])["a"].drop_nulls().unique()
+
+
+def partition_of_packets(packets: pl.DataFrame, count: int, ports) -> pl.Series:
+    """The partition (0 .. count-1) of each packet: the hash of its server's address (module doc).
+    Addresses are compared and hashed by their codes in the capture's address Enum, which every
+    reader of the same files assigns alike."""
+    services = service_addresses(packets, ports).implode()
+    a, b = pl.col("src").to_physical(), pl.col("dst").to_physical()
+    a_serves, b_serves = a.is_in(services), b.is_in(services)
+    server = (pl.when(a_serves & ~b_serves).then(a).when(b_serves & ~a_serves).then(b)
+              .otherwise(pl.min_horizontal(a, b)))
+    part = pl.when(server.is_null()).then(0).otherwise(server.hash(seed=0) % count)
+    return packets.select(part.cast(pl.UInt32).alias("partition"))["partition"]
+
+
+def decoder_ports() -> tuple[int, ...]:
+    """Every port a registered decoder listens on."""
+    return tuple(sorted({port for p in protocols() for port in p.ports}))
+
+
+def restrict_to_partition(cap, index: int, count: int) -> None:
+    """Keep only partition ``index`` of ``count`` of ``cap``'s packets (before any frame is derived)."""
+    packets = cap.packets
+    part = partition_of_packets(packets, count, decoder_ports())
+    cap.restrict_packets(packets.filter(part == index))
+
+
+def decode_partition(cap, names) -> dict[str, pl.DataFrame]:
+    """Frames ``names`` of a capture already restricted to one partition, and the connection table's
+    first frames (what the merge renumbers ``conn`` by)."""
+    out = {name: cap.frame(name) for name in names}
+    conns = cap.frame("connections") if "connections" in cap.built_names() or _has_tcp(cap) else None
+    out[_ADDRESSES] = cap.packets.select("src").head(0)
+    out[_CONN_MAP] = (conns.select("conn", "first_frame") if conns is not None
+                      else pl.DataFrame(schema={"conn": pl.UInt32, "first_frame": pl.UInt32}))
+    return out
+
+
+def _has_tcp(cap) -> bool:
+    return cap.packets.select(pl.col("tcp_flags").is_not_null().any()).item()
+
+
+# -- the merge ---------------------------------------------------------------------------------------
+def _conn_maps(parts: list[dict[str, pl.DataFrame]]) -> list[pl.DataFrame]:
+    """Per partition: local conn -> the whole run's (rank of the connection's first frame)."""
+    firsts = pl.concat([p[_CONN_MAP].select(pl.col("conn").cast(pl.UInt32), pl.col("first_frame").cast(pl.Int64),
+                                            pl.lit(k, pl.UInt32).alias("_part"))
+                        for k, p in enumerate(parts)])
+    firsts = firsts.sort("first_frame", "_part", "conn").with_row_index("_global")
+    return [firsts.filter(pl.col("_part") == k).select("conn", pl.col("_global").cast(pl.UInt32))
+            for k in range(len(parts))]
+
+
+def _protocol_of(name: str) -> str | None:
+    proto = protocol_of_frame(name)
+    return proto.name if proto is not None else None
+
+
+def _code(column: str, addresses: pl.DataType) -> pl.Expr:
+    """An address column as its code in the capture's address Enum (text columns cast to it)."""
+    return pl.col(column).cast(pl.String).cast(addresses).to_physical().cast(pl.Int64)
+
+
+def _udp_flow_key(frame: pl.DataFrame, addresses: pl.DataType) -> list[pl.Expr]:
+    """(client, client port, server, server port) of each row, addresses by their codes in the
+    capture's Enum, as ``messages._flow_ids`` ranks them."""
+    if "from_client" in frame.columns:
+        fc = pl.col("from_client")
+        src, dst = _code("src", addresses), _code("dst", addresses)
+        return [pl.when(fc).then(src).otherwise(dst).alias("_c"),
+                pl.when(fc).then(pl.col("sport")).otherwise(pl.col("dport")).alias("_cp"),
+                pl.when(fc).then(dst).otherwise(src).alias("_s"),
+                pl.when(fc).then(pl.col("dport")).otherwise(pl.col("sport")).alias("_sp")]
+    return [_code("client", addresses).alias("_c"), pl.col("client_port").alias("_cp"),
+            _code("server", addresses).alias("_s"), pl.col("server_port").alias("_sp")]
+
+
+def _udp_flow_maps(parts, protocol: str) -> list[pl.DataFrame] | None:
+    """Per partition: local UDP flow -> the whole run's, for ``protocol`` (from its messages frame)."""
+    name = f"{protocol}_messages"
+    if not all(name in p for p in parts):
+        return None
+    keyed = []
+    for k, p in enumerate(parts):
+        m = p[name]
+        if "transport" not in m.columns:
+            return None
+        m = m.filter(pl.col("transport").cast(pl.String) == "udp")
+        if m.height:
+            keyed.append(m.select(pl.col("flow"), *(e.cast(pl.Int64) for e in _udp_flow_key(m, p[_ADDRESSES].schema["src"])))
+                         .unique()
+                         .with_columns(pl.lit(k, pl.UInt32).alias("_part")))
+    if not keyed:
+        return None
+    keyed = pl.concat(keyed)
+    keyed = keyed.with_columns((pl.struct("_c", "_cp", "_s", "_sp").rank("dense") - 1).cast(pl.UInt32).alias("_global"))
+    return [keyed.filter(pl.col("_part") == k).select("flow", "_global") for k in range(len(parts))]
+
+
+def _remap(frame: pl.DataFrame, column: str, mapping: pl.DataFrame, where: pl.Expr | None = None) -> pl.DataFrame:
+    """``column`` through ``mapping`` (columns: local id under the name ``mapping.columns[0]``, _global)."""
+    local = mapping.columns[0]
+    m = mapping.rename({local: "_local"}).with_columns(pl.col("_local").cast(frame.schema[column]))
+    out = frame.with_row_index("_r").join(m, left_on=column, right_on="_local", how="left").sort("_r")
+    new = pl.col("_global").cast(frame.schema[column])
+    new = pl.when(where).then(new).otherwise(pl.col(column)) if where is not None else new
+    return out.with_columns(new.alias(column)).drop("_r", "_global")
+
+
+def _renumber(name: str, frame: pl.DataFrame, conn_map, udp_map, ordinal_base: dict[str, int]) -> pl.DataFrame:
+    cols = frame.columns
+    if "conn" in cols:
+        frame = _remap(frame, "conn", conn_map)
+    if "flow" in cols:
+        tcp = (pl.col("transport").cast(pl.String) == "tcp") if "transport" in cols else pl.lit(True)
+        frame = _remap(frame, "flow", conn_map, tcp)
+        if udp_map is not None and "transport" in cols:
+            frame = _remap(frame, "flow", udp_map, pl.col("transport").cast(pl.String) == "udp")
+    for c in _TCP_FLOW_COLUMNS:
+        if c in cols:
+            frame = _remap(frame, c, conn_map)
+    for c in ORDINALS.get(name, ()):
+        frame = frame.with_columns((pl.col(c).cast(pl.Int64) + ordinal_base.get(c, 0)).cast(frame.schema[c]))
+    return frame
+
+
+def _qp_pairs(frame: pl.DataFrame) -> pl.DataFrame:
+    """``qp_pair`` as ``rocev2._pairs_and_directions`` numbers it, over the merged rows."""
+    if isinstance(frame.schema["src"], pl.Enum) and frame.schema["src"] == frame.schema["dst"]:
+        s, d = pl.col("src").to_physical(), pl.col("dst").to_physical()
+    else:
+        enum = pl.Enum(pl.concat([frame["src"].cast(pl.String), frame["dst"].cast(pl.String)]).drop_nulls().unique().sort())
+        s, d = (pl.col(c).cast(pl.String).cast(enum).to_physical() for c in ("src", "dst"))
+    key = pl.struct(pl.min_horizontal(s, d).alias("lo"), pl.max_horizontal(s, d).alias("hi"), pl.col("sport"))
+    return frame.with_columns((key.rank("dense") - 1).cast(frame.schema["qp_pair"]).alias("qp_pair"))
+
+
+def _unify_enums(frames: list[pl.DataFrame]) -> list[pl.DataFrame]:
+    """Enum columns whose categories differ between partitions (those built from the values present)
+    get the sorted union of them, as the whole run's sorted set of values."""
+    out = frames
+    for c, dtype in frames[0].schema.items():
+        if not isinstance(dtype, pl.Enum) or all(f.schema[c] == dtype for f in frames):
+            continue
+        values = sorted({v for f in frames for v in f.schema[c].categories.to_list()})
+        out = [f.with_columns(pl.col(c).cast(pl.String).cast(pl.Enum(values))) for f in out]
+    return out
+
+
+def _ordinal_bases(parts, name: str) -> list[dict[str, int]]:
+    """Per partition: what its ordinals are offset by. ``message`` counts the protocol's messages
+    frame (the transactions frame points into it), ``login`` its own frame."""
+    protocol = _protocol_of(name)
+    bases, running = [], {}
+    for p in parts:
+        bases.append(dict(running))
+        for c in ORDINALS.get(name, ()):
+            source = p.get(f"{protocol}_messages") if c == "message" else None
+            source = p[name] if source is None else source
+            if source.height:
+                running[c] = running.get(c, 0) + int(source[c].cast(pl.Int64).max()) + 1
+    return bases
+
+
+def merge_frames(parts: list[dict[str, pl.DataFrame]]) -> dict[str, pl.DataFrame]:
+    """The whole run's frames from the partitions' (:func:`decode_partition`; module doc)."""
+    conn_maps = _conn_maps(parts)
+    udp_maps: dict[str, list | None] = {}
+    merged = {}
+    for name in (n for n in parts[0] if n not in (_CONN_MAP, _ADDRESSES)):
+        protocol = _protocol_of(name)
+        if protocol is not None and protocol not in udp_maps:
+            udp_maps[protocol] = _udp_flow_maps(parts, protocol)
+        udp = udp_maps.get(protocol) or [None] * len(parts)
+        bases = _ordinal_bases(parts, name)
+        frames = [_renumber(name, p[name], conn_maps[k], udp[k], bases[k]) for k, p in enumerate(parts)]
+        nonempty = [f for f in frames if f.height] or frames[:1]
+        frame = pl.concat(_unify_enums(nonempty), how="vertical_relaxed") if len(nonempty) > 1 else nonempty[0]
+        if "qp_pair" in frame.columns:
+            frame = _qp_pairs(frame)
+        order = [c for c in MERGE_ORDER.get(name, ()) if c in frame.columns]
+        merged[name] = frame.sort(order, maintain_order=True) if order else frame
+    return merged

@@ -1,0 +1,166 @@
+"""Decoding in server partitions gives the whole run's frames, and ``scan --workers`` its findings (issue 13).
+
+``analyzer.partitions`` cuts a capture by server, decodes each part alone and merges the parts'
+frames; ``analyzer.distributed`` runs the parts on a Dask cluster. The merged frames must be the
+whole run's (ids and row order included; only the per-partition ordinals ``ORDINALS`` are numbered
+otherwise), so the detectors, which run on them, find exactly the same. The partition counts here
+(2, 3, 5) are what a cluster of that many worker threads uses.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import detectors
+from analyzer import open_capture
+from analyzer.capture import READER_FRAMES
+from analyzer.partitions import (ORDINALS, decode_partition, decoder_ports, merge_frames, partition_of_packets,
+                                 restrict_to_partition)
+from rocev2_captures import rocev2_capture
+
+ROOT = Path(__file__).parent.parent
+SAMPLES = ROOT / "samples"
+# one capture per kind of per-server and per-flow state the merge has to get right
+CAPTURES = [
+    "smb2-break-queue.pcap",  # a break's trigger is another client's CREATE
+    "smb2-oplock-lease-break.pcap",
+    "nfs4-delegation-recall.pcap",  # callbacks: the NFS server is the TCP client
+    "nfs3-udp-retrans.pcap",  # UDP flows, RPC retransmissions
+    "krb5-as-tgs-herd.pcapng",  # logins numbered across the capture
+    "krb5-replay-ldap-gssapi.pcapng",  # kerberos_ap carried in LDAP
+    "ldap-repl-conflict.pcap",  # two servers, ldap_sync
+    "dns-retry-storm.pcapng",  # a client failing over between resolvers
+    "tcp-incast.pcap",  # one client, many servers
+    "eval/dns-herd-dnsmasq-50.pcap",
+]
+NAMES = [n for n in detectors.required_frames() if n not in READER_FRAMES]
+
+
+def _partitioned(path, count: int) -> dict[str, pl.DataFrame]:
+    parts = []
+    for k in range(count):
+        with open_capture(path) as cap:
+            restrict_to_partition(cap, k, count)
+            parts.append(decode_partition(cap, NAMES))
+    return merge_frames(parts)
+
+
+def _assert_same_frames(path, count: int) -> None:
+    with open_capture(path) as cap:
+        whole = {n: cap.frame(n) for n in NAMES}
+    merged = _partitioned(path, count)
+    for name in NAMES:
+        ordinals = [c for c in ORDINALS.get(name, ()) if c in whole[name].columns]
+        w, m = whole[name].drop(ordinals), merged[name].drop(ordinals)
+        assert w.schema == m.schema, name
+        assert w.height == m.height, name
+        assert w.equals(m), f"{name}: {[c for c in w.columns if not w[c].equals(m[c])]}"
+
+
+@pytest.mark.parametrize("count", [2, 3])
+@pytest.mark.parametrize("name", CAPTURES)
+def test_merged_partitions_are_the_whole_runs_frames(name, count):
+    _assert_same_frames(SAMPLES / name, count)
+
+
+@pytest.mark.parametrize("scenario", ["rocev2-gbn-storm", "rocev2-pfc-storm", "rocev2-incast"])
+def test_merged_partitions_of_rocev2_captures(scenario):
+    _assert_same_frames(rocev2_capture(scenario), 3)
+
+
+def test_a_partition_holds_a_server_and_every_packet_of_its_clients():
+    with open_capture(SAMPLES / "smb2-break-queue.pcap") as cap:
+        p = cap.packets.with_columns(partition_of_packets(cap.packets, 5, decoder_ports()))
+    ip = p.filter(pl.col("src").is_not_null())
+    # both directions of every address pair in one partition
+    pair = ip.select(pl.min_horizontal(pl.col("src").cast(pl.String), pl.col("dst").cast(pl.String)).alias("a"),
+                     pl.max_horizontal(pl.col("src").cast(pl.String), pl.col("dst").cast(pl.String)).alias("b"),
+                     "partition")
+    assert pair.group_by("a", "b").agg(pl.col("partition").n_unique().alias("n"))["n"].max() == 1
+    # every packet to or from the SMB2 server (port 445) in one partition
+    server = ip.filter(pl.col("dport") == 445)["dst"].cast(pl.String).unique()
+    assert server.len() == 1
+    touching = ip.filter((pl.col("src").cast(pl.String) == server[0]) | (pl.col("dst").cast(pl.String) == server[0]))
+    assert touching["partition"].n_unique() == 1
+    assert p.filter(pl.col("src").is_null())["partition"].to_list() == [0] * p.filter(pl.col("src").is_null()).height
+
+
+# -- on a Dask cluster, from the command line -------------------------------------------------------
+needs_dask = pytest.mark.skipif(importlib.util.find_spec("distributed") is None,
+                                reason="Dask is the optional extra herdscope[distributed]")
+
+
+def _scan(*args) -> tuple[int, dict]:
+    run = subprocess.run([sys.executable, "-m", "analyzer", "scan", "--format", "json", *map(str, args)],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode in (0, 1), run.stderr
+    return run.returncode, json.loads(run.stdout)
+
+
+def _identity(doc: dict) -> list[tuple]:
+    """What the issue compares: detector, kind, severity, server, resource and times of each finding."""
+    return sorted((f["detector"], f["kind"], f["severity"], f["server"], f["resource"], f["start_ns"], f["end_ns"])
+                  for f in doc["findings"])
+
+
+def _split(path: Path, into: Path, packets: int) -> list[Path]:
+    into.mkdir()
+    subprocess.run(["editcap", "-c", str(packets), str(path), str(into / "piece.pcap")], check=True,
+                   capture_output=True, timeout=300)
+    return sorted(into.iterdir())
+
+
+@needs_dask
+def test_scan_with_two_workers_reports_the_single_process_scan():
+    path = SAMPLES / "smb2-break-queue.pcap"
+    code, single = _scan(path)
+    code2, workers = _scan(path, "--workers", "2")
+    assert code2 == code
+    assert workers == single  # ids, evidence, summary: the same report
+
+
+@needs_dask
+def test_split_samples_on_two_workers_find_what_the_unsplit_file_finds(tmp_path):
+    for k, name in enumerate(("nfs4-delegation-recall.pcap", "krb5-as-tgs-herd.pcapng")):
+        path = SAMPLES / name
+        pieces = _split(path, tmp_path / str(k), 150)
+        assert len(pieces) > 1
+        _, single = _scan(path)
+        _, split = _scan(*pieces, "--workers", "2")
+        assert _identity(split) == _identity(single) and single["findings"], name
+        # evidence is per file: each finding's packets are named by piece, in that piece's numbering
+        named = {ev["file"] for f in split["findings"] for ev in f["evidence"]}
+        assert named and named <= {str(p) for p in pieces}
+
+
+@needs_dask
+def test_synthetic_capture_in_8_pieces_on_two_workers(synthetic_capture, tmp_path):
+    total = int(subprocess.run(["capinfos", "-c", "-M", "-T", str(synthetic_capture)], capture_output=True,
+                               text=True, check=True).stdout.strip().splitlines()[-1].split("\t")[-1])
+    pieces = _split(synthetic_capture, tmp_path / "pieces", -(-total // 8))
+    assert len(pieces) == 8
+    _, single = _scan(synthetic_capture)
+    _, split = _scan(*pieces, "--workers", "2")
+    assert _identity(split) == _identity(single) and len(single["findings"]) > 3
+
+
+def test_workers_and_scheduler_exclude_each_other():
+    run = subprocess.run([sys.executable, "-m", "analyzer", "scan", str(SAMPLES / "tcp-incast.pcap"),
+                          "--workers", "2", "--scheduler", "tcp://127.0.0.1:8786"], capture_output=True, text=True)
+    assert run.returncode == 2 and "exclude each other" in run.stderr
+
+
+def test_workers_without_dask_say_how_to_get_it(tmp_path):
+    blocker = tmp_path / "sitecustomize.py"  # makes `import distributed` fail, as where the extra is missing
+    blocker.write_text("import sys\nsys.modules['distributed'] = None\n")
+    run = subprocess.run([sys.executable, "-m", "analyzer", "scan", str(SAMPLES / "tcp-incast.pcap"), "--workers", "2"],
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert run.returncode == 2
+    assert "pip install 'herdscope[distributed]'" in run.stderr
