@@ -88,6 +88,7 @@ class Ctx:
     size: int
     args: argparse.Namespace
     results: list[Result] = field(default_factory=list)
+    pieces: list[Path] | None = None  # the capture cut in files, while the worker stages run
 
     def result(self, name: str) -> Result | None:
         for r in self.results:
@@ -376,6 +377,67 @@ def stage_scan_identity(ctx: Ctx) -> Result:
     return Result("scan identity", time.perf_counter() - t0, ctx.packets, None, status="ok" if same else "failed",
                   note=f"{kept.height} findings, " + ("identical with and without release" if same else
                                                       f"DIFFER: {released.height} with release"))
+
+
+WORKER_PIECES = 8  # the capture is cut into this many files (editcap -c), as a ring buffer writes them
+
+
+def _pieces(ctx: Ctx) -> list[Path] | None:
+    """The capture cut into WORKER_PIECES files (once per run, in the cache directory)."""
+    if ctx.pieces is None:
+        editcap = shutil.which("editcap")
+        if editcap is None:
+            return None
+        out = Path(tempfile.mkdtemp(dir=ctx.args.cache_dir, prefix="pieces-"))
+        subprocess.run([editcap, "-c", str(-(-ctx.packets // WORKER_PIECES)), str(ctx.path), str(out / "piece.pcap")],
+                       check=True, capture_output=True)
+        ctx.pieces = sorted(out.iterdir())
+    return ctx.pieces
+
+
+def _workers_stage(ctx: Ctx, workers: int) -> Result:
+    name = f"scan, {WORKER_PIECES} pieces, {workers} worker{'s' if workers > 1 else ''}"
+    found, pieces = _herdscope_cmd(), _pieces(ctx)
+    if found is None or pieces is None:
+        return Result(name, status="unavailable", note="no herdscope command" if found is None else "no editcap")
+    cmd, how = found
+    report = pieces[0].parent / f"findings-{workers}.json"
+    wall, rss, proc, anon = run_timed([*cmd, "scan", *map(str, pieces), "--workers", str(workers), "--format", "json",
+                                       "--output", str(report), "--fail-on", "critical"], cwd=ROOT)
+    if proc.returncode not in (0, 1):
+        return Result(name, wall, None, rss, peak_anon_kb=anon, status="failed", note=f"exit {proc.returncode}: {tail(proc.stderr)}")
+    n = len(json.loads(report.read_text())["findings"])
+    return Result(name, wall, ctx.packets, rss, peak_anon_kb=anon, note=f"{how}; {n} findings; peak is the driver's")
+
+
+@stage("scan, 8 pieces, 1 worker", {"workers"})
+def stage_scan_one_worker(ctx: Ctx) -> Result:
+    """`scan --workers 1` of the capture cut in 8 pieces: a local Dask cluster of one worker process."""
+    return _workers_stage(ctx, 1)
+
+
+@stage("scan, 8 pieces, 2 workers", {"workers"})
+def stage_scan_two_workers(ctx: Ctx) -> Result:
+    """`scan --workers 2` of the same pieces: two server partitions decoded side by side. Its findings
+    must be the one-worker run's and the unsplit file's (detector, kind, severity, server, resource,
+    times: evidence is per file); the parallel efficiency is t(1) / (2 t(2))."""
+    res = _workers_stage(ctx, 2)
+    pieces = ctx.pieces
+    if res.status != "ok" or not pieces:
+        return res
+    def identity(path):
+        return sorted((f["detector"], f["kind"], f["severity"], f["server"], f["resource"], f["start_ns"],
+                       f["end_ns"]) for f in json.loads(Path(path).read_text())["findings"])
+    one, two = pieces[0].parent / "findings-1.json", pieces[0].parent / "findings-2.json"
+    same = one.exists() and identity(one) == identity(two)
+    t1 = ctx.result("scan, 8 pieces, 1 worker")
+    eff = f"; parallel efficiency {t1.seconds / (2 * res.seconds):.0%}" if t1 and t1.status == "ok" else ""
+    shutil.rmtree(pieces[0].parent, ignore_errors=True)
+    ctx.pieces = None
+    res.note += ("; findings identical to 1 worker" if same else "; FINDINGS DIFFER from 1 worker") + eff
+    if not same:
+        res.status = "failed"
+    return res
 
 
 def _export_stage(ctx: Ctx, name: str, extra: list[str]) -> Result:
@@ -765,6 +827,9 @@ def run_size(args: argparse.Namespace, packets: int) -> tuple[Ctx, list[dict], d
         if args.skip_tshark and "tshark" in st.tags:
             ctx.results.append(Result(st.name, status="skipped", note="--skip-tshark"))
             continue
+        if args.skip_workers and "workers" in st.tags:
+            ctx.results.append(Result(st.name, status="skipped", note="--skip-workers"))
+            continue
         print(f"... {st.name}", file=sys.stderr, flush=True)
         try:
             res = st.fn(ctx)
@@ -825,6 +890,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--format", choices=("pcap", "pcapng"), default="pcap")
     ap.add_argument("--skip-tshark", action="store_true", help="skip the stages that run tshark")
+    ap.add_argument("--skip-workers", action="store_true", help="skip the Dask stages (scan --workers 1 and 2)")
     ap.add_argument("--only", action="append", metavar="STAGE", help="run only these stages (repeatable)")
     ap.add_argument("--json", metavar="OUT", help="write machine-readable results to OUT")
     ap.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE, help="where captures are cached (.bench/)")
