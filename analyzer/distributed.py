@@ -64,41 +64,49 @@ def _threads(client) -> int:
 
 
 def decode_partition_task(files: list[str], selection, names: list[str], index: int, count: int,
-                          spill_dir: str | None = None):
+                          spill_dir: str | None = None, then=None):
     """One task: the frames ``names`` of partition ``index`` of ``count`` of the files read as one
-    capture (after ``selection``, as the caller applied it). With ``spill_dir`` the frames are written
-    there as Arrow IPC files and their paths returned: on one machine that is several times faster
-    than sending them through the cluster's sockets (171 MB of frames of 1M packets: ~3.5 s)."""
+    capture (after ``selection``, as the caller applied it), and what ``then(capture, whole_packets)``
+    returns (a dict of small frames, e.g. the findings of detectors run on the partition; sent back
+    as they are), as ``(frames, then's)``. With ``spill_dir`` the frames are written there as Arrow
+    IPC files and their paths returned: on one machine that is several times faster than sending them
+    through the cluster's sockets (171 MB of frames of 1M packets: ~3.5 s, against ~0.3 s)."""
     cap = open_captures(files)
     try:
         select.apply(cap, selection)
+        whole_packets = cap.packets.select("frame", "ts_ns")
         restrict_to_partition(cap, index, count)
         frames = decode_partition(cap, names)
+        extra = then(cap, whole_packets) if then is not None else {}
     finally:
         cap.close()
     if spill_dir is None:
-        return frames
+        return frames, extra
     paths = {}
     for name, frame in frames.items():
         paths[name] = os.path.join(spill_dir, f"{index}-{name}.arrow")
         frame.write_ipc(paths[name], compression="uncompressed")
-    return paths
+    return paths, extra
 
 
 def _read_spilled(paths: dict[str, str]):
     return {name: pl.read_ipc(path) for name, path in paths.items()}
 
 
-def decode_frames(client, files: list[str], selection, names, *, local: bool) -> dict:
+def decode_frames(client, files: list[str], selection, names, *, local: bool, then=None) -> tuple[dict, dict]:
     """The frames ``names`` of the files, decoded partition by partition on ``client``'s cluster and
-    merged: the same frames as a single process builds (``analyzer.partitions``). ``local``: the
+    merged: the same frames as a single process builds (``analyzer.partitions``); and the frames
+    ``then`` made on each partition, each name's concatenated in partition order. ``local``: the
     workers share this machine's file system, so the frames come back through a temporary directory."""
     count = _threads(client)
     with contextlib.ExitStack() as stack:
         spill = stack.enter_context(tempfile.TemporaryDirectory(prefix="herdscope-")) if local else None
-        futures = [client.submit(decode_partition_task, list(files), selection, list(names), k, count, spill,
+        futures = [client.submit(decode_partition_task, list(files), selection, list(names), k, count, spill, then,
                                  pure=False) for k in range(count)]
-        parts = client.gather(futures)
-        if local:
-            parts = [_read_spilled(p) for p in parts]
-    return merge_frames(parts)
+        results = client.gather(futures)
+        parts = [_read_spilled(frames) if local else frames for frames, _ in results]
+    extras: dict[str, list] = {}
+    for _, extra in results:
+        for name, frame in extra.items():
+            extras.setdefault(name, []).append(frame)
+    return merge_frames(parts), {name: pl.concat(frames) for name, frames in extras.items()}

@@ -51,16 +51,20 @@ def _service_port_direction(service_ports: set[int]) -> pl.Expr:
     return pl.col("dport").is_in(ports) & ~(pl.col("sport").is_in(ports) & (pl.col("sport") < pl.col("dport")))
 
 
+def flow_key(src: pl.Expr, dst: pl.Expr) -> pl.Expr:
+    """The key UDP flow ids rank: (client, client port, server, server port) as a struct, oriented by
+    the frame's ``from_client`` column; ``src``/``dst`` are the addresses as comparable codes."""
+    fc = pl.col("from_client")
+    return pl.struct(pl.when(fc).then(src).otherwise(dst).alias("c"),
+                     pl.when(fc).then(pl.col("sport")).otherwise(pl.col("dport")).alias("cp"),
+                     pl.when(fc).then(dst).otherwise(src).alias("s"),
+                     pl.when(fc).then(pl.col("dport")).otherwise(pl.col("sport")).alias("sp"))
+
+
 def _flow_ids(frame: pl.DataFrame) -> pl.DataFrame:
-    """Adds ``flow``: a dense id of (client, client port, server, server port), oriented by the
-    ``from_client`` column the frame already has."""
+    """Adds ``flow``: a dense id of :func:`flow_key`."""
     # addresses by their Enum codes (one category list per capture): no text needed for a key
-    src, dst = pl.col("src").to_physical(), pl.col("dst").to_physical()
-    client = pl.when(pl.col("from_client")).then(src).otherwise(dst)
-    server = pl.when(pl.col("from_client")).then(dst).otherwise(src)
-    cport = pl.when(pl.col("from_client")).then(pl.col("sport")).otherwise(pl.col("dport"))
-    sport = pl.when(pl.col("from_client")).then(pl.col("dport")).otherwise(pl.col("sport"))
-    key = pl.struct(client.alias("c"), cport.alias("cp"), server.alias("s"), sport.alias("sp"))
+    key = flow_key(pl.col("src").to_physical(), pl.col("dst").to_physical())
     return frame.with_columns((key.rank("dense") - 1).cast(pl.UInt32).alias("flow"))
 
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 import polars as pl
 
 from .decoders.registry import protocol_of_frame, protocols
+from .messages import flow_key
 
 # frame -> the columns its builder sorts its rows by (after the ids are renumbered); a frame not
 # listed here keeps partition order, which tests/test_partitions.py would catch
@@ -146,20 +147,6 @@ def _code(column: str, addresses: pl.DataType) -> pl.Expr:
     return pl.col(column).cast(pl.String).cast(addresses).to_physical().cast(pl.Int64)
 
 
-def _udp_flow_key(frame: pl.DataFrame, addresses: pl.DataType) -> list[pl.Expr]:
-    """(client, client port, server, server port) of each row, addresses by their codes in the
-    capture's Enum, as ``messages._flow_ids`` ranks them."""
-    if "from_client" in frame.columns:
-        fc = pl.col("from_client")
-        src, dst = _code("src", addresses), _code("dst", addresses)
-        return [pl.when(fc).then(src).otherwise(dst).alias("_c"),
-                pl.when(fc).then(pl.col("sport")).otherwise(pl.col("dport")).alias("_cp"),
-                pl.when(fc).then(dst).otherwise(src).alias("_s"),
-                pl.when(fc).then(pl.col("dport")).otherwise(pl.col("sport")).alias("_sp")]
-    return [_code("client", addresses).alias("_c"), pl.col("client_port").alias("_cp"),
-            _code("server", addresses).alias("_s"), pl.col("server_port").alias("_sp")]
-
-
 def _udp_flow_maps(parts, protocol: str) -> list[pl.DataFrame] | None:
     """Per partition: local UDP flow -> the whole run's, for ``protocol`` (from its messages frame)."""
     name = f"{protocol}_messages"
@@ -168,17 +155,17 @@ def _udp_flow_maps(parts, protocol: str) -> list[pl.DataFrame] | None:
     keyed = []
     for k, p in enumerate(parts):
         m = p[name]
-        if "transport" not in m.columns:
+        if "transport" not in m.columns or "from_client" not in m.columns:
             return None
         m = m.filter(pl.col("transport").cast(pl.String) == "udp")
         if m.height:
-            keyed.append(m.select(pl.col("flow"), *(e.cast(pl.Int64) for e in _udp_flow_key(m, p[_ADDRESSES].schema["src"])))
-                         .unique()
-                         .with_columns(pl.lit(k, pl.UInt32).alias("_part")))
+            addresses = p[_ADDRESSES].schema["src"]
+            key = flow_key(_code("src", addresses), _code("dst", addresses)).alias("_key")
+            keyed.append(m.select("flow", key).unique().with_columns(pl.lit(k, pl.UInt32).alias("_part")))
     if not keyed:
         return None
     keyed = pl.concat(keyed)
-    keyed = keyed.with_columns((pl.struct("_c", "_cp", "_s", "_sp").rank("dense") - 1).cast(pl.UInt32).alias("_global"))
+    keyed = keyed.with_columns((pl.col("_key").rank("dense") - 1).cast(pl.UInt32).alias("_global"))
     return [keyed.filter(pl.col("_part") == k).select("flow", "_global") for k in range(len(parts))]
 
 

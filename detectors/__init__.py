@@ -38,6 +38,9 @@ CONTRACT = ("NAME", "detect", "Params", "REQUIRES", "KINDS")
 # incident linker's (detectors/incidents.py) as incident.*
 RESERVED_NAMES = (population.NAME, incidents.NAME)
 
+# what a detector's PARTITION may say (base.py): None, or decomposable by server partition
+PARTITIONS = (None, "server")
+
 _REGISTRY: dict[str, object] | None = None  # NAME -> module, filled by discovery on first use
 
 
@@ -75,6 +78,8 @@ def check_contract(module) -> None:
     order = getattr(module, "ORDER", None)
     if order is not None and (isinstance(order, bool) or not isinstance(order, (int, float))):
         raise TypeError(f"{where}.ORDER must be a number: {order!r}")
+    if getattr(module, "PARTITION", None) not in PARTITIONS:
+        raise TypeError(f"{where}.PARTITION must be one of {PARTITIONS}: {module.PARTITION!r}")
     if getattr(module, "POPULATION", None):
         missing = set(population.REQUIRES) - set(module.REQUIRES)
         if missing:
@@ -178,7 +183,8 @@ def configure(only: list[str] | None = None, overrides: dict[str, object] | None
 
 
 def run(capture, only: list[str] | None = None, overrides: dict[str, object] | None = None,
-        errors: dict[str, str] | None = None, *, release: bool = False) -> pl.DataFrame:
+        errors: dict[str, str] | None = None, *, release: bool = False,
+        found_elsewhere: dict[str, pl.DataFrame] | None = None) -> pl.DataFrame:
     """Run the selected detectors (all by default), then group their findings into populations
     (``detectors/population.py``; ``population.*`` overrides set its parameters). Returns every
     finding, population members included (``member_of`` set): :func:`top_level` is what a listing
@@ -193,17 +199,26 @@ def run(capture, only: list[str] | None = None, overrides: dict[str, object] | N
     ``release`` (a scan, which needs nothing of the capture afterwards but its span and frame
     numbers): build every frame the detectors read first, then free the rest (``Capture.release``:
     the other columns of ``packets``, the builders' memos) and drop each frame after the last
-    detector that reads it. The findings are the same; the memory is not (issue 13)."""
+    detector that reads it. The findings are the same; the memory is not (issue 13).
+
+    ``found_elsewhere``: detector name -> its findings, already found (``scan --workers`` runs the
+    detectors that declare a PARTITION on the workers, :func:`detect_partition`); those are not run
+    again here, and their frames are not built."""
     detectors = available()
     configured = configure(only, overrides)
-    last_reader = _last_readers(configured, detectors) if release else {}
+    found_elsewhere = found_elsewhere or {}
+    to_run = {n: p for n, p in configured.items() if n not in found_elsewhere}
+    last_reader = _last_readers(to_run, detectors) if release else {}
     if release:
-        needed = required_frames(list(configured))
+        needed = frames_read_here(list(configured), list(found_elsewhere))
         for name in needed:
             capture.frame(name)
         capture.release(needed, PACKET_COLUMNS)
     frames = []
     for name, params in configured.items():
+        if name in found_elsewhere:
+            frames.append(found_elsewhere[name])
+            continue
         stage(f"detector {name}")
         module = detectors[name]
         try:
@@ -222,6 +237,38 @@ def run(capture, only: list[str] | None = None, overrides: dict[str, object] | N
     found = population.apply(found, CaptureView(capture, population.NAME, population.REQUIRES), detectors,
                              configured, population_params(overrides))
     return worst_first(found)
+
+
+def frames_read_here(names: list[str], found_elsewhere: list[str]) -> tuple[str, ...]:
+    """The frames a run of ``names`` reads when ``found_elsewhere``'s findings come from elsewhere: the
+    other detectors' and, where any of ``names`` declares a POPULATION, the population step's."""
+    detectors = available()
+    here = [n for n in names if n not in found_elsewhere]
+    out = dict.fromkeys(required_frames(here) if here else ())
+    if any(getattr(detectors[n], "POPULATION", None) for n in names):
+        out.update(dict.fromkeys(population.REQUIRES))
+    return tuple(out)
+
+
+def partitioned(names: list[str]) -> list[str]:
+    """Those of ``names`` that declare ``PARTITION = "server"`` (base.py)."""
+    detectors = available()
+    return [n for n in names if getattr(detectors[n], "PARTITION", None) == "server"]
+
+
+def detect_partition(capture, whole_packets: pl.DataFrame, names: list[str],
+                     overrides: dict[str, object] | None = None) -> dict[str, pl.DataFrame]:
+    """The findings of detectors ``names`` (each declaring PARTITION) on one server partition of a
+    capture, its frames built: ``capture.packets`` is put back to the whole capture's ``whole_packets``
+    (frame, ts_ns) first, so spans and rates are the capture's (base.py, PARTITION)."""
+    detectors = available()
+    configured = configure(names, overrides)
+    for name in required_frames(names):
+        capture.frame(name)
+    capture.set_frame("packets", whole_packets.select(PACKET_COLUMNS))
+    return {name: _checked_kinds(detectors[name], detectors[name].detect(
+                CaptureView(capture, name, detectors[name].REQUIRES), params))
+            for name, params in configured.items()}
 
 
 def _last_readers(configured: dict[str, object], detectors: dict) -> dict[str, str]:

@@ -12,6 +12,11 @@ A detector is a module in ``detectors/`` with:
   actually read through their views (and what those frames are built from), which
   tests/test_detector_contract.py checks against :func:`detectors.required_frames`.
 - ``ORDER`` (optional): where it runs and is listed (ascending; without one, after those with one).
+- ``PARTITION`` (optional): ``"server"`` when its findings are the union of its findings on each
+  server partition of the capture (``analyzer.partitions``: every packet to or from a set of servers,
+  decoded alone; ``packets`` still the whole capture's ``frame``/``ts_ns``, so spans and rates are the
+  capture's). ``scan --workers`` then runs it on the workers, beside the decoding, instead of on the
+  merged frames; tests/test_partitions.py checks the union against the whole run on the samples.
 - ``KINDS``: the values its findings' ``kind`` column takes.
 - ``Params``: a frozen dataclass; every threshold and window is a field declared with
   :func:`detectors.params.param` (default, meaning, unit, range, and whether it is a lower or upper

@@ -106,6 +106,8 @@ KINDS = PROTOCOL_KINDS  # the protocol of the requests
 # every frame it reads: each protocol's transactions (from the protocol registry), the packets (the
 # observed period) and the interfaces (resolution_ns)
 REQUIRES = (*TRANSACTION_FRAMES, "packets", "interfaces")
+# its findings are the union of its findings per server partition (base.py; tests/test_partitions.py)
+PARTITION = "server"
 ORDER = 10  # where it runs and is listed (detectors/__init__.py)
 
 S = 1_000_000_000

@@ -74,6 +74,8 @@ from .params import LOWER, param
 NAME = "lock_polling"
 KINDS = ("nfs4", "nlm")  # the lock protocol polled
 REQUIRES = ("nfs_transactions", "interfaces")  # interfaces: resolution_ns
+# its findings are the union of its findings per server partition (base.py; tests/test_partitions.py)
+PARTITION = "server"
 ORDER = 35  # after smb_break_queue (30): the other lock-queue detector
 
 # the interval classes are retry_storm's (growth_ratio, fixed_ratio, ... at their defaults)

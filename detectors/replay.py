@@ -98,6 +98,8 @@ CARRIERS = ("ldap", "smb2", "http")  # GSS-API carriers whose transactions say w
 CARRIER_TX = {c: f"{c}_transactions" for c in CARRIERS}
 REQUIRES = ("kerberos_ap", "kerberos_messages", "kerberos_transactions", "interfaces",
             *(f for f in TRANSACTION_FRAMES if f in CARRIER_TX.values()))
+# its findings are the union of its findings per server partition (base.py; tests/test_partitions.py)
+PARTITION = "server"
 ORDER = 15  # where it runs and is listed (detectors/__init__.py)
 KRB_AP_ERR_REPEAT = 34
 SEVERITY_ORDER = ("informational", "low", "medium", "high", "critical")

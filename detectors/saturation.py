@@ -95,6 +95,8 @@ from .params import LOWER, UPPER, param
 NAME = "saturation"
 KINDS = ("saturation", "collapse")
 REQUIRES = (*TRANSACTION_FRAMES, "smb2_messages", "nfs_messages", "connections", "tcp_segments", "interfaces")
+# its findings are the union of its findings per server partition (base.py; tests/test_partitions.py)
+PARTITION = "server"
 ORDER = 35
 
 

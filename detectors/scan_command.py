@@ -8,6 +8,7 @@ command), run the detectors, and print through :mod:`detectors.report`, :mod:`de
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 
 import click
@@ -19,8 +20,9 @@ from analyzer.progress import stage
 from analyzer.render import console as make_console
 from analyzer.selection import apply as select
 
-from . import (ParameterError, at_least, available, describe, expanded, incident_params, incidents, required_frames,
-               run, top_level)
+from . import (ParameterError, at_least, available, configure, describe, detect_partition, expanded,
+               frames_read_here, incident_params, incidents, partitioned, required_frames, run, top_level)
+from .incidents_evidence import DNS_FRAME
 from .listing import print_detectors
 from .report import capture_summary, finding_records, incident_records, render, render_table
 from .scan_config import ScanConfig
@@ -58,11 +60,10 @@ def _scan_group(group, cfg: ScanConfig, selection, client, local: bool, expand: 
         fail(str(exc))
         return ExitCode.UNREADABLE
     select(cap, selection)
-    if client is not None:
-        decode_on_cluster(client, cap, group, selection, cfg, local=local)
+    found_elsewhere = decode_on_cluster(client, cap, group, selection, cfg, local=local) if client else None
     linker = linker_params(cfg)
     kept = incidents.retain(cap, required_frames(cfg.detectors))  # what release would free
-    findings = run_detectors(cap, cfg, release=True)
+    findings = run_detectors(cap, cfg, release=True, found_elsewhere=found_elsewhere)
     stage("incidents")
     linked = incidents.link(findings, cap, linker, retained=kept)
     listed = expanded(findings) if expand else top_level(findings)  # populations' members: --expand
@@ -83,24 +84,32 @@ def _scan_group(group, cfg: ScanConfig, selection, client, local: bool, expand: 
     return code
 
 
-def decode_on_cluster(client, cap, files, selection, cfg: ScanConfig, *, local: bool) -> None:
-    """Give ``cap`` the frames ``cfg``'s detectors read, decoded on the cluster (the reader's own frames
-    stay the local ones)."""
+def decode_on_cluster(client, cap, files, selection, cfg: ScanConfig, *, local: bool) -> dict[str, pl.DataFrame]:
+    """Decode on the cluster: the workers build the frames, run the detectors that declare a
+    PARTITION on their partition (:func:`detectors.detect_partition`) and send back those detectors'
+    findings and the frames the others (and the population step, and the incident linker's DNS
+    evidence) read here, which ``cap`` is given. Returns the findings found on the workers."""
     from analyzer import distributed
     from analyzer.capture import READER_FRAMES
 
     stage("decode on the cluster")
-    names = [n for n in required_frames(cfg.detectors) if n not in READER_FRAMES]
-    for name, frame in distributed.decode_frames(client, files, selection, names, local=local).items():
+    names = list(configure(cfg.detectors, cfg.overrides))
+    on_workers = partitioned(names)
+    here = set(frames_read_here(names, on_workers)) | ({DNS_FRAME} & set(required_frames(names)))
+    shipped = [n for n in required_frames(names) if n in here and n not in READER_FRAMES]
+    then = functools.partial(detect_partition, names=on_workers, overrides=cfg.overrides) if on_workers else None
+    frames, found = distributed.decode_frames(client, files, selection, shipped, local=local, then=then)
+    for name, frame in frames.items():
         cap.set_frame(name, frame)
+    return found
 
 
-def run_detectors(cap, cfg: ScanConfig, *, release: bool) -> pl.DataFrame:
+def run_detectors(cap, cfg: ScanConfig, *, release: bool, found_elsewhere=None) -> pl.DataFrame:
     """The findings of ``cfg``'s detectors and parameters over ``cap`` (:func:`detectors.run`; a scan,
     which needs nothing of the capture afterwards, with ``release``); a parameter the detectors refuse
     (ParameterError) is a usage error, as every command that runs them reports it."""
     try:
-        return run(cap, only=cfg.detectors, overrides=cfg.overrides, release=release)
+        return run(cap, only=cfg.detectors, overrides=cfg.overrides, release=release, found_elsewhere=found_elsewhere)
     except ParameterError as exc:
         raise click.UsageError(str(exc)) from exc
 

@@ -74,6 +74,8 @@ NAME = "smb_break_queue"
 KINDS = ("slow_ack", "unacknowledged", "storm")
 # every frame it reads (packets: where the capture ends; interfaces: resolution_ns)
 REQUIRES = ("smb2_breaks", "smb2_transactions", "connections", "packets", "interfaces")
+# its findings are the union of its findings per server partition (base.py; tests/test_partitions.py)
+PARTITION = "server"
 ORDER = 30  # where it runs and is listed (detectors/__init__.py)
 
 

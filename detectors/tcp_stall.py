@@ -154,6 +154,8 @@ from .tcp_stall_explain import explain
 NAME = "tcp_stall"
 # every frame it reads (packets: capture-wide silences; interfaces: resolution_ns)
 REQUIRES = ("tcp_segments", "connections", "packets", "interfaces")
+# its findings are the union of its findings per server partition (base.py; tests/test_partitions.py)
+PARTITION = "server"
 ORDER = 40  # where it runs and is listed (detectors/__init__.py)
 
 # the sender's segment size when the peer announced no MSS: Ethernet's 1500-byte MTU less 40 bytes of

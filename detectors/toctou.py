@@ -88,6 +88,8 @@ NAME = "toctou"
 KINDS = ("lost_update", "stale_use", "outcome_unknown", "conflict_detected", "race_exposure", "vantage")
 # every frame it reads (packets: the capture's duration; interfaces: resolution_ns)
 REQUIRES = ("smb2_transactions", "ldap_transactions", "ldap_messages", "packets", "interfaces")
+# its findings are the union of its findings per server partition (base.py; tests/test_partitions.py)
+PARTITION = "server"
 ORDER = 50  # where it runs and is listed (detectors/__init__.py)
 
 

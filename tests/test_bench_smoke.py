@@ -1,10 +1,13 @@
 """tests/benchmarks/bench.py runs end to end on a tiny capture (the real run is ``make bench``)."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "tests" / "benchmarks" / "bench.py"
@@ -12,9 +15,10 @@ BENCH = ROOT / "tests" / "benchmarks" / "bench.py"
 
 def test_bench_smoke(tmp_path):
     out = tmp_path / "bench.json"
-    # --fixed-runs 0: the fixed-cost section (10 more herdscope processes) would not fit the timeout
+    # --fixed-runs 0: the fixed-cost section (10 more herdscope processes) would not fit the timeout;
+    # --skip-workers: the Dask stages have their own test below
     r = subprocess.run([sys.executable, str(BENCH), "--packets", "2000", "--skip-tshark", "--fixed-runs", "0",
-                        "--cache-dir", str(tmp_path / "cache"), "--json", str(out)],
+                        "--skip-workers", "--cache-dir", str(tmp_path / "cache"), "--json", str(out)],
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.splitlines()
@@ -32,3 +36,17 @@ def test_bench_smoke(tmp_path):
     again = subprocess.run([sys.executable, str(BENCH), "--packets", "2000", "--skip-tshark", "--only", "cat",
                             "--cache-dir", str(tmp_path / "cache")], capture_output=True, text=True, timeout=60)
     assert again.returncode == 0 and "cached" in again.stdout
+
+
+@pytest.mark.skipif(importlib.util.find_spec("distributed") is None, reason="Dask: herdscope[distributed]")
+def test_bench_worker_stages(tmp_path):
+    out = tmp_path / "bench.json"
+    only = ["--only", "scan, 8 pieces, 1 worker", "--only", "scan, 8 pieces, 2 workers"]
+    r = subprocess.run([sys.executable, str(BENCH), "--packets", "2000", "--fixed-runs", "0", *only,
+                        "--cache-dir", str(tmp_path / "cache"), "--json", str(out)],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    stages = {s["name"]: s for s in json.loads(out.read_text())["stages"]}
+    two = stages["scan, 8 pieces, 2 workers"]
+    assert stages["scan, 8 pieces, 1 worker"]["status"] == "ok" and two["status"] == "ok"
+    assert "findings identical to 1 worker" in two["note"] and "parallel efficiency" in two["note"]

@@ -199,6 +199,10 @@ def test_contract_violations_are_refused(throwaway):
     bad.NAME, bad.POPULATION = "bad", {"kinds": ("burst",), "service": "resource", "member": "client"}
     with pytest.raises(TypeError, match="connections"):  # the population step's frames not required
         detectors.register(bad)
+    del bad.POPULATION
+    bad.PARTITION = "client"  # only "server" partitions are decoded on the workers
+    with pytest.raises(TypeError, match="PARTITION"):
+        detectors.register(bad)
     assert "bad" not in detectors.available()
 
 

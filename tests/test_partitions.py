@@ -3,7 +3,8 @@
 ``analyzer.partitions`` cuts a capture by server, decodes each part alone and merges the parts'
 frames; ``analyzer.distributed`` runs the parts on a Dask cluster. The merged frames must be the
 whole run's (ids and row order included; only the per-partition ordinals ``ORDINALS`` are numbered
-otherwise), so the detectors, which run on them, find exactly the same. The partition counts here
+otherwise), so the detectors, which run on them, find exactly the same; and the detectors that
+declare ``PARTITION = "server"`` (run on the workers) must find on the parts what they find on the whole. The partition counts here
 (2, 3, 5) are what a cluster of that many worker threads uses.
 """
 from __future__ import annotations
@@ -75,6 +76,25 @@ def test_merged_partitions_of_rocev2_captures(scenario):
     _assert_same_frames(rocev2_capture(scenario), 3)
 
 
+@pytest.mark.parametrize("name", CAPTURES)
+def test_partition_detectors_find_on_the_partitions_what_they_find_on_the_whole(name):
+    """What ``scan --workers`` relies on to run the detectors declaring PARTITION on the workers."""
+    on_parts = detectors.partitioned(list(detectors.available()))
+    assert len(on_parts) >= 8
+    with open_capture(SAMPLES / name) as cap:
+        whole = detectors.run(cap, only=on_parts)
+    found: dict[str, list[pl.DataFrame]] = {}
+    for k in range(3):
+        with open_capture(SAMPLES / name) as cap:
+            packets = cap.packets.select("frame", "ts_ns")
+            restrict_to_partition(cap, k, 3)
+            for det, frame in detectors.detect_partition(cap, packets, on_parts).items():
+                found.setdefault(det, []).append(frame)
+    with open_capture(SAMPLES / name) as cap:
+        merged = detectors.run(cap, only=on_parts, found_elsewhere={d: pl.concat(f) for d, f in found.items()})
+    assert merged.to_dicts() == whole.to_dicts()
+
+
 def test_a_partition_holds_a_server_and_every_packet_of_its_clients():
     with open_capture(SAMPLES / "smb2-break-queue.pcap") as cap:
         p = cap.packets.with_columns(partition_of_packets(cap.packets, 5, decoder_ports()))
@@ -118,8 +138,9 @@ def _split(path: Path, into: Path, packets: int) -> list[Path]:
 
 
 @needs_dask
-def test_scan_with_two_workers_reports_the_single_process_scan():
-    path = SAMPLES / "smb2-break-queue.pcap"
+@pytest.mark.parametrize("name", ["smb2-break-queue.pcap", "krb5-as-tgs-herd.pcapng", "ldap-toctou.pcapng"])
+def test_scan_with_two_workers_reports_the_single_process_scan(name):
+    path = SAMPLES / name
     code, single = _scan(path)
     code2, workers = _scan(path, "--workers", "2")
     assert code2 == code
