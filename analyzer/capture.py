@@ -16,6 +16,7 @@ import polars as pl
 
 from . import progress
 from .ingest import DEFAULT_CHUNK_RECORDS, PacketTables, ReadReport, read_tables
+from .joined_map import join
 from .source import CaptureBytes
 
 # frame name -> function(capture) -> DataFrame. Later layers register theirs at import time; they are
@@ -286,7 +287,9 @@ def open_captures(paths: list[str | os.PathLike], **options) -> Capture:
     The files are put in the order of their first timestamps and concatenated, not interleaved: frame
     numbers run on across files as in the output of ``mergecap -a`` on the files in that order, and
     :meth:`Capture.frames_by_file` turns them back into each file's own numbers;
-    payload offsets index one buffer holding the files' bytes one after the other (a copy).
+    payload offsets index one buffer holding the files' bytes one after the other: the files mapped
+    side by side (``analyzer.joined_map``: nothing copied, each file at a page boundary), or where that
+    cannot be done a copy.
 
     A file named twice (or through another link) and a piece holding the same packets as another are
     read once; pieces that overlap in time, or leave a gap longer than :data:`GAP_MIN_NS` and than the
@@ -307,9 +310,12 @@ def open_captures(paths: list[str | os.PathLike], **options) -> Capture:
     if len(caps) == 1:
         caps[0].warnings = warnings
         return caps[0]
-    frame_base, buf_base, iface_base = 0, 0, 0
+    joined = join([c._data for c in caps])  # the files side by side in one mapping, or None: a copy
+    bases = joined[1] if joined is not None else np.cumsum([0] + [len(c.buf) for c in caps[:-1]]).tolist()
+    frame_base, iface_base = 0, 0
     packets, sacks, icmps, ifaces = [], [], [], []
     for k, c in enumerate(caps):
+        buf_base = bases[k]
         p = c.packets
         packets.append(p.with_columns(pl.col("frame") + frame_base, pl.col("payload_offset") + buf_base,
                                       pl.col("iface") + iface_base))
@@ -317,11 +323,10 @@ def open_captures(paths: list[str | os.PathLike], **options) -> Capture:
         icmps.append(c.frame("icmp_errors").with_columns(pl.col("frame") + frame_base))
         ifaces.append(c.frame("interfaces").with_columns(pl.col("iface") + iface_base))
         frame_base += p.height
-        buf_base += len(c.buf)
         iface_base += c.frame("interfaces").height
     packets = pl.concat(_merge_enum(packets, ("src", "dst")))
     icmps = pl.concat(_merge_enum(icmps, ("inner_src", "inner_dst")))
-    buf = np.concatenate([c.buf for c in caps])
+    buf = joined[0] if joined is not None else np.concatenate([c.buf for c in caps])
     first = caps[0]
     report = ReadReport(format=" + ".join(c.report.format for c in caps), records=packets.height,
                         counts={}, parse_status={})

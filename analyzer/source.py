@@ -54,6 +54,14 @@ class CaptureBytes:
     def gzip_complete(self) -> bool:
         return not self.gzip_damage
 
+    def fileno(self) -> int | None:
+        """The descriptor of the file ``buf`` maps (the capture, or the temporary file a pipe or a
+        gzip stream was spilled to); None when there is none."""
+        try:
+            return self._file.fileno() if self._file is not None and self._mmap is not None else None
+        except (OSError, ValueError):
+            return None
+
     def close(self) -> None:
         self.buf = np.empty(0, dtype=np.uint8)
         if self._mmap is not None:
