@@ -25,7 +25,7 @@ import click
 
 from . import __version__
 from .command import check_output_dir, check_output_file, each_capture, open_captures, writing
-from .errors import ExitCode, HerdscopeError, OutputError, UnreadableCapture, fail
+from .errors import ClusterFailure, ExitCode, HerdscopeError, OutputError, UnreadableCapture, fail
 
 
 def exit_codes_help(*, findings: bool = False, writes: bool = False, reads: bool = True,
@@ -453,6 +453,9 @@ def main(argv: list[str] | None = None) -> int:
     except OutputError as exc:
         fail(str(exc))
         return ExitCode.USAGE
+    except ClusterFailure as exc:
+        fail(str(exc))
+        return ExitCode.INTERNAL
     except HerdscopeError as exc:
         fail(str(exc))
         return ExitCode.UNREADABLE

@@ -24,6 +24,7 @@ import polars as pl
 
 from . import selection as select
 from .capture import open_captures
+from .errors import ClusterFailure
 from .partitions import decode_partition, merge_frames, restrict_to_partition
 
 INSTALL_HINT = "pip install 'herdscope[distributed]' (Dask's distributed scheduler)"
@@ -52,7 +53,10 @@ def cluster(workers: int | None = None, scheduler: str | None = None):
         with client:
             yield client
         return
-    local = distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+    # memory_limit=0: Dask would kill a worker whose RSS nears its share of the machine, and a
+    # worker's RSS counts the capture's mapped pages (page cache, shared, reclaimable): the 10M synth
+    # capture's 8 pieces, mapped twice while they are joined, took a worker past it
+    local = distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, memory_limit=0,
                                      dashboard_address=None, silence_logs=logging.ERROR, env=WORKER_ENV)
     with local, distributed.Client(local) as client:
         yield client
@@ -103,7 +107,10 @@ def decode_frames(client, files: list[str], selection, names, *, local: bool, th
         spill = stack.enter_context(tempfile.TemporaryDirectory(prefix="herdscope-")) if local else None
         futures = [client.submit(decode_partition_task, list(files), selection, list(names), k, count, spill, then,
                                  pure=False) for k in range(count)]
-        results = client.gather(futures)
+        try:
+            results = client.gather(futures)
+        except _dask().KilledWorker as exc:
+            raise ClusterFailure(f"a Dask worker died while decoding (out of memory?): {exc}") from exc
         parts = [_read_spilled(frames) if local else frames for frames, _ in results]
     extras: dict[str, list] = {}
     for _, extra in results:

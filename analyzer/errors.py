@@ -35,6 +35,11 @@ class OutputError(HerdscopeError):
     """An output file or directory that cannot be written (exit 2)."""
 
 
+class ClusterFailure(HerdscopeError):
+    """The Dask cluster of ``scan --workers``/``--scheduler`` could not finish the work (a worker died,
+    e.g. out of memory): exit 4, said in one line, since neither the input nor the command is at fault."""
+
+
 def fail(message: str) -> None:
     """Say ``herdscope: MESSAGE`` on standard error, one line (what every failure a user can act on
     prints, with the exit code that goes with it)."""
