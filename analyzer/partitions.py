@@ -7,15 +7,13 @@ its clients: an SMB2 break's trigger is another client's CREATE, an NFS file han
 from another client's LOOKUP, Kerberos numbers logins across the capture. So the unit of decoding is
 the server: every packet to or from it, in one partition.
 
-**The server of a packet** (:func:`partition_of_packets`) is a function of its unordered address pair,
-so both directions of every connection, flow and queue pair land together:
-- a *service address* is one that received a packet on a decoder's port (``Protocol.ports``) or sent
-  one from it;
-- of a packet's two addresses, the one that is a service address is its server; when both are (two
-  servers talking, RoCE peers) or neither is, the one first seen in the capture is (the lower
-  code in the capture's address Enum). The NFS callback
-  channel, on which the NFS server is the TCP client, thereby stays with its NFS server;
-- packets without addresses (PAUSE frames, ARP) are partition 0's.
+**The server of a packet** (:func:`partition_of_packets`) is decided per unordered address pair, so
+both directions of every connection, flow and queue pair land together: of the two addresses, the one
+that used a decoder's port (``Protocol.ports``) in its packets with the other is the server. When both
+did (RoCE peers, two LDAP servers replicating) or neither did, the one first seen in the capture (the
+lower code in the capture's address Enum) is. The NFS callback channel, on which the NFS server is the
+TCP client, is between the same two addresses as the client's NFS connection, so it stays with its NFS
+server. Packets without addresses (PAUSE frames, ARP) are partition 0's.
 Partition ``k`` of ``n`` holds the servers whose address hashes to ``k`` (Polars' ``hash(seed=0)``,
 the same on every worker).
 
@@ -77,26 +75,23 @@ _CONN_MAP = "_conn_first_frame"  # what a partition hands over besides its frame
 _ADDRESSES = "_address_dtype"  # and the capture's address Enum (an empty column of it): what codes are
 
 
-def service_addresses(packets: pl.DataFrame, ports) -> pl.Series:
-    """The codes (in the capture's address Enum) of the addresses that received a packet on one of
-    ``ports`` or sent one from it."""
-    ports = pl.Series(sorted(set(ports)), dtype=pl.UInt16).implode()
-    to_port = packets.filter(pl.col("dport").is_in(ports)).select(pl.col("dst").to_physical().alias("a"))
-    from_port = packets.filter(pl.col("sport").is_in(ports)).select(pl.col("src").to_physical().alias("a"))
-    return pl.concat([to_port, from_port])["a"].drop_nulls().unique()
-
-
 def partition_of_packets(packets: pl.DataFrame, count: int, ports) -> pl.Series:
     """The partition (0 .. count-1) of each packet: the hash of its server's address (module doc).
     Addresses are compared and hashed by their codes in the capture's address Enum, which every
     reader of the same files assigns alike."""
-    services = service_addresses(packets, ports).implode()
+    ports = pl.Series(sorted(set(ports)), dtype=pl.UInt16).implode()
     a, b = pl.col("src").to_physical(), pl.col("dst").to_physical()
-    a_serves, b_serves = a.is_in(services), b.is_in(services)
-    server = (pl.when(a_serves & ~b_serves).then(a).when(b_serves & ~a_serves).then(b)
-              .otherwise(pl.min_horizontal(a, b)))
-    part = pl.when(server.is_null()).then(0).otherwise(server.hash(seed=0) % count)
-    return packets.select(part.cast(pl.UInt32).alias("partition"))["partition"]
+    lo, hi = pl.min_horizontal(a, b), pl.max_horizontal(a, b)
+    a_port, b_port = pl.col("sport").is_in(ports), pl.col("dport").is_in(ports)
+    lo_serves = pl.when(a == lo).then(a_port).otherwise(b_port) | pl.when(b == lo).then(b_port).otherwise(False)
+    hi_serves = pl.when(a == hi).then(a_port).otherwise(b_port) | pl.when(b == hi).then(b_port).otherwise(False)
+    keyed = packets.select(lo.alias("_lo"), hi.alias("_hi"), lo_serves.fill_null(False).alias("_los"),
+                           hi_serves.fill_null(False).alias("_his"))
+    pairs = keyed.group_by("_lo", "_hi").agg(pl.col("_los").any(), pl.col("_his").any())
+    server = pl.when(pl.col("_his") & ~pl.col("_los")).then(pl.col("_hi")).otherwise(pl.col("_lo"))
+    pairs = pairs.select("_lo", "_hi", pl.when(server.is_null()).then(0).otherwise(server.hash(seed=0) % count)
+                         .cast(pl.UInt32).alias("partition"))
+    return keyed.join(pairs, on=["_lo", "_hi"], how="left", maintain_order="left", nulls_equal=True)["partition"]
 
 
 def decoder_ports() -> tuple[int, ...]:

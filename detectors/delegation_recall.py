@@ -78,6 +78,9 @@ KINDS = ("slow_return", "unreturned", "storm", "recall_unseen")
 # every frame it reads (packets: where the capture ends; interfaces: resolution_ns; connections: RTT)
 REQUIRES = ("nfs_transactions", "connections", "packets", "interfaces")
 ORDER = 31  # next to its SMB twin smb_break_queue (30)
+# its findings are the union of its findings per server partition (base.py; tests/test_partitions.py):
+# an NFS server's partition holds its callback channel too (analyzer/partitions.py)
+PARTITION = "server"
 # the waiters' NFS4ERR_DELAY retries that retry_storm sees on the recalled file in the recall's window are
 # this recall's cost, not a storm of their own: they become the finding's members (detectors/population.py)
 EXPLAINS = {kind: {"service": "resource", "detector": "retry_storm", "kinds": ("nfs",), "member_service": "resource"}
