@@ -110,15 +110,9 @@ def decode_partition(cap, names) -> dict[str, pl.DataFrame]:
     """Frames ``names`` of a capture already restricted to one partition, and the connection table's
     first frames (what the merge renumbers ``conn`` by)."""
     out = {name: cap.frame(name) for name in names}
-    conns = cap.frame("connections") if "connections" in cap.built_names() or _has_tcp(cap) else None
     out[_ADDRESSES] = cap.packets.select("src").head(0)
-    out[_CONN_MAP] = (conns.select("conn", "first_frame") if conns is not None
-                      else pl.DataFrame(schema={"conn": pl.UInt32, "first_frame": pl.UInt32}))
+    out[_CONN_MAP] = cap.frame("connections").select("conn", "first_frame")  # empty without TCP
     return out
-
-
-def _has_tcp(cap) -> bool:
-    return cap.packets.select(pl.col("tcp_flags").is_not_null().any()).item()
 
 
 # -- the merge ---------------------------------------------------------------------------------------
