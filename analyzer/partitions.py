@@ -31,6 +31,14 @@ run's rows, ids and order:
 - rows are put in the order each frame's builder sorts them (:data:`MERGE_ORDER`).
 Checked on every sample (``tests/test_partitions.py``): every frame the detectors read is the whole
 run's, the ordinals above aside, and so are the findings.
+
+**Client buckets** (:func:`client_buckets`): a detector that follows one client across its servers
+(incast: a client's many servers answering at once) needs every connection of that client, and a
+server partition holds only some of them. So a server partition's connection frames
+(:data:`CONNECTION_FRAMES`) are split again by the hash of each connection's client address, and bucket
+``j`` of every server partition, merged with the whole run's ``conn`` numbering
+(:func:`connection_maps`), is every connection of the clients of bucket ``j`` with its segments.
+:class:`FrameSet` carries such merged frames to a detector without the capture's bytes.
 """
 from __future__ import annotations
 
@@ -43,6 +51,7 @@ from .messages import flow_key
 # listed here keeps partition order, which tests/test_partitions.py would catch
 MERGE_ORDER: dict[str, tuple[str, ...]] = {
     "tcp_segments": ("frame",),
+    "tcp_client_syns": ("frame",),
     "connections": ("conn",),
     "dns_messages": ("frame_first", "frame_last"),
     "kerberos_messages": ("frame_last",),
@@ -70,6 +79,8 @@ ORDINALS: dict[str, tuple[str, ...]] = {
     "nfs_messages": ("message",), "nfs_transactions": ("message",),
     "kerberos_transactions": ("login",),
 }
+# the frames keyed by a TCP connection (a ``conn`` column): what a client bucket holds
+CONNECTION_FRAMES = ("connections", "tcp_segments", "tcp_client_syns")
 _TCP_FLOW_COLUMNS = ("owner_flow", "trigger_flow")  # smb2_breaks: connections of other rows
 _CONN_MAP = "_conn_first_frame"  # what a partition hands over besides its frames: conn -> first frame
 _ADDRESSES = "_address_dtype"  # and the capture's address Enum (an empty column of it): what codes are
@@ -116,8 +127,9 @@ def decode_partition(cap, names) -> dict[str, pl.DataFrame]:
 
 
 # -- the merge ---------------------------------------------------------------------------------------
-def _conn_maps(parts: list[dict[str, pl.DataFrame]]) -> list[pl.DataFrame]:
-    """Per partition: local conn -> the whole run's (rank of the connection's first frame)."""
+def connection_maps(parts: list[dict[str, pl.DataFrame]]) -> list[pl.DataFrame]:
+    """Per partition: local conn -> the whole run's (rank of the connection's first frame), from each
+    partition's conn map (:func:`decode_partition`)."""
     firsts = pl.concat([p[_CONN_MAP].select(pl.col("conn").cast(pl.UInt32), pl.col("first_frame").cast(pl.Int64),
                                             pl.lit(k, pl.UInt32).alias("_part"))
                         for k, p in enumerate(parts)])
@@ -223,9 +235,12 @@ def _ordinal_bases(parts, name: str) -> list[dict[str, int]]:
     return bases
 
 
-def merge_frames(parts: list[dict[str, pl.DataFrame]]) -> dict[str, pl.DataFrame]:
-    """The whole run's frames from the partitions' (:func:`decode_partition`; module doc)."""
-    conn_maps = _conn_maps(parts)
+def merge_frames(parts: list[dict[str, pl.DataFrame]], conn_maps: list[pl.DataFrame] | None = None
+                 ) -> dict[str, pl.DataFrame]:
+    """The whole run's frames from the partitions' (:func:`decode_partition`; module doc). ``conn_maps``:
+    the partitions' conn maps over every partition (:func:`connection_maps`), where ``parts`` are
+    client buckets of them (:func:`client_buckets`); by default they are worked out from ``parts``."""
+    conn_maps = connection_maps(parts) if conn_maps is None else conn_maps
     udp_maps: dict[str, list | None] = {}
     merged = {}
     for name in (n for n in parts[0] if n not in (_CONN_MAP, _ADDRESSES)):
@@ -242,3 +257,44 @@ def merge_frames(parts: list[dict[str, pl.DataFrame]]) -> dict[str, pl.DataFrame
         order = [c for c in MERGE_ORDER.get(name, ()) if c in frame.columns]
         merged[name] = frame.sort(order, maintain_order=True) if order else frame
     return merged
+
+
+# -- client buckets ----------------------------------------------------------------------------------
+def client_buckets(frames: dict[str, pl.DataFrame], count: int) -> list[dict[str, pl.DataFrame]]:
+    """One server partition's connection frames (:data:`CONNECTION_FRAMES`, ``connections`` among them,
+    with :func:`decode_partition`'s conn map) split into ``count`` buckets: bucket ``j`` holds the
+    connections whose client address (its text, Polars ``hash(seed=0)``, the same on every worker)
+    hashes to ``j`` and the rows of the other frames that are theirs, in their order (module doc)."""
+    other = sorted(n for n in frames if n not in CONNECTION_FRAMES and n not in (_CONN_MAP, _ADDRESSES))
+    if other or "connections" not in frames:
+        raise ValueError(f"client buckets hold connections and the frames keyed by them, not {', '.join(other)}")
+    bucket = (pl.col("client").cast(pl.String).hash(seed=0) % count).cast(pl.UInt32).alias("_bucket")
+    keyed = frames["connections"].select("conn", bucket)
+    out = []
+    for j in range(count):
+        ids = keyed.filter(pl.col("_bucket") == j)["conn"].cast(pl.Int64).implode()
+        out.append({name: f if name == _ADDRESSES else f.filter(pl.col("conn").cast(pl.Int64).is_in(ids))
+                    for name, f in frames.items()})
+    return out
+
+
+class FrameSet:
+    """A capture's frames without its bytes or builders: what detectors read when they run on merged
+    frames away from the capture (a cluster's client buckets). :meth:`frame` serves the frames it
+    holds (KeyError for any other); ``path``, ``files``, ``pieces`` and ``warnings`` are the capture's."""
+
+    def __init__(self, frames: dict[str, pl.DataFrame], *, path: str, files, pieces, warnings=()):
+        self._frames = dict(frames)
+        self.path, self.files, self.pieces, self.warnings = path, list(files), list(pieces), list(warnings)
+
+    def frame(self, name: str) -> pl.DataFrame:
+        if name not in self._frames:
+            raise KeyError(f"no frame named {name!r} in this set; it holds {', '.join(sorted(self._frames))}")
+        return self._frames[name]
+
+    @property
+    def packets(self) -> pl.DataFrame:
+        return self.frame("packets")
+
+    def set_frame(self, name: str, frame: pl.DataFrame) -> None:
+        self._frames[name] = frame

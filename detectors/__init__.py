@@ -22,6 +22,7 @@ import pkgutil
 
 import polars as pl
 
+from analyzer.partitions import CONNECTION_FRAMES
 from analyzer.progress import stage
 
 from .base import (FINDINGS_SCHEMA, PACKET_COLUMNS, SEVERITY_RANK, CaptureView, UndeclaredFrame,  # noqa: F401
@@ -38,8 +39,10 @@ CONTRACT = ("NAME", "detect", "Params", "REQUIRES", "KINDS")
 # incident linker's (detectors/incidents.py) as incident.*
 RESERVED_NAMES = (population.NAME, incidents.NAME)
 
-# what a detector's PARTITION may say (base.py): None, or decomposable by server partition
-PARTITIONS = (None, "server")
+# what a detector's PARTITION may say (base.py): None, or decomposable by server partition or by client bucket
+PARTITIONS = (None, "server", "client")
+# what a detector partitioned by client may read: connection frames (each bucket's own) and the interfaces
+CLIENT_BUCKET_FRAMES = (*CONNECTION_FRAMES, "interfaces")
 
 _REGISTRY: dict[str, object] | None = None  # NAME -> module, filled by discovery on first use
 
@@ -80,6 +83,10 @@ def check_contract(module) -> None:
         raise TypeError(f"{where}.ORDER must be a number: {order!r}")
     if getattr(module, "PARTITION", None) not in PARTITIONS:
         raise TypeError(f"{where}.PARTITION must be one of {PARTITIONS}: {module.PARTITION!r}")
+    beyond = sorted(set(module.REQUIRES) - set(CLIENT_BUCKET_FRAMES))
+    if getattr(module, "PARTITION", None) == "client" and beyond:
+        raise TypeError(f"{where}.PARTITION is 'client', but a client bucket holds {', '.join(CLIENT_BUCKET_FRAMES)}, "
+                        f"not {', '.join(beyond)}")
     if getattr(module, "POPULATION", None):
         missing = set(population.REQUIRES) - set(module.REQUIRES)
         if missing:
@@ -250,10 +257,10 @@ def frames_read_here(names: list[str], found_elsewhere: list[str]) -> tuple[str,
     return tuple(out)
 
 
-def partitioned(names: list[str]) -> list[str]:
-    """Those of ``names`` that declare ``PARTITION = "server"`` (base.py)."""
+def partitioned(names: list[str], key: str = "server") -> list[str]:
+    """Those of ``names`` that declare ``PARTITION = key`` (base.py)."""
     detectors = available()
-    return [n for n in names if getattr(detectors[n], "PARTITION", None) == "server"]
+    return [n for n in names if getattr(detectors[n], "PARTITION", None) == key]
 
 
 def detect_partition(capture, whole_packets: pl.DataFrame, names: list[str],
@@ -261,11 +268,17 @@ def detect_partition(capture, whole_packets: pl.DataFrame, names: list[str],
     """The findings of detectors ``names`` (each declaring PARTITION) on one server partition of a
     capture, its frames built: ``capture.packets`` is put back to the whole capture's ``whole_packets``
     (frame, ts_ns) first, so spans and rates are the capture's (base.py, PARTITION)."""
-    detectors = available()
-    configured = configure(names, overrides)
     for name in required_frames(names):
         capture.frame(name)
     capture.set_frame("packets", whole_packets.select(PACKET_COLUMNS))
+    return detect_frames(capture, names, overrides)
+
+
+def detect_frames(capture, names: list[str], overrides: dict[str, object] | None = None) -> dict[str, pl.DataFrame]:
+    """The findings of detectors ``names`` on ``capture`` as it is (a partition, or the frames of a client
+    bucket, ``analyzer.partitions.FrameSet``), by detector name."""
+    detectors = available()
+    configured = configure(names, overrides)
     return {name: _checked_kinds(detectors[name], detectors[name].detect(
                 CaptureView(capture, name, detectors[name].REQUIRES), params))
             for name, params in configured.items()}

@@ -17,6 +17,9 @@ A detector is a module in ``detectors/`` with:
   decoded alone; ``packets`` still the whole capture's ``frame``/``ts_ns``, so spans and rates are the
   capture's). ``scan --workers`` then runs it on the workers, beside the decoding, instead of on the
   merged frames; tests/test_partitions.py checks the union against the whole run on the samples.
+  ``"client"`` when they are the union of its findings on each client bucket (every connection of a
+  set of client addresses, ``analyzer.partitions.client_buckets``); it then reads only connection
+  frames (``CONNECTION_FRAMES``) and ``interfaces``, and ``scan --workers`` runs it on the buckets.
 - ``KINDS``: the values its findings' ``kind`` column takes.
 - ``Params``: a frozen dataclass; every threshold and window is a field declared with
   :func:`detectors.params.param` (default, meaning, unit, range, and whether it is a lower or upper

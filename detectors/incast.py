@@ -86,6 +86,8 @@ KINDS = ("incast", "single_path")
 # every frame it reads (tcp_segments / connections as tcp_stall does; interfaces: resolution_ns)
 REQUIRES = ("tcp_segments", "connections", "interfaces")
 ORDER = 45  # after tcp_stall (40), whose rto findings it explains
+# a finding is one client's rounds across its servers: the union of its findings on client buckets
+PARTITION = "client"
 # an incast finding is the cause of tcp_stall's rto findings of its client in its window
 # (not the client's spurious request retransmissions of those rounds, low findings counted in retransmissions:
 # the members' values must share one unit, ms, for the explanation's median and worst)

@@ -10,7 +10,7 @@ retry in phase (synchronised waves).
 transaction frame: DNS, Kerberos, LDAP, SMB2, NFS/ONC-RPC ...), each resend a protocol folds into its
 transaction and declares (``Protocol.resends`` in analyzer/decoders/protocol.py: DNS queries re-sent
 with their id and question, ``dns_messages``; RPC calls re-sent with their xid, ``nfs_messages``, RFC
-5531 §9), and TCP SYNs (``tcp_segments`` + ``connections``: retransmitted SYNs and new connection
+5531 §9), and TCP SYNs (``tcp_client_syns`` + ``connections``: retransmitted SYNs and new connection
 attempts). Sends of one client to one server for the same request are a *retry* of the send
 before when that one came at most ``max_gap_ns`` earlier and either had been answered with an
 error by then (SERVFAIL, a KRB-ERROR that ended the login, an LDAP error, STATUS_SHARING_VIOLATION,
@@ -102,14 +102,14 @@ from .base import (client_identity_by, fmt_limited, fmt_ns, fmt_number, findings
 from .params import LOWER, UPPER, param
 from .herd import streams_text
 from .retry_storm_backoff import MAX_CLASSIFIED_CHAINS  # noqa: F401 - public here too
-from .retry_storm_sends import ACK, RESEND_FRAMES, SEND_SCHEMA, SYN, syn_sends, transaction_sends  # noqa: F401
+from .retry_storm_sends import RESEND_FRAMES, SEND_SCHEMA, syn_sends, transaction_sends  # noqa: F401
 
 NAME = "retry_storm"
 KINDS = PROTOCOL_KINDS + ("tcp_syn",)  # the protocol of the requests (SYN retries: tcp_syn)
 # every frame it reads: each protocol's transactions and the message frames of the protocols that declare
 # resends (Protocol.resends_frame: DNS's re-sent queries, RPC's re-sent calls), both from the protocol
 # registry; TCP's frames (SYN retries, connection RTTs) and the tick
-REQUIRES = (*TRANSACTION_FRAMES, *RESEND_FRAMES, "connections", "tcp_segments", "interfaces")
+REQUIRES = (*TRANSACTION_FRAMES, *RESEND_FRAMES, "connections", "tcp_client_syns", "interfaces")
 ORDER = 20  # where it runs and is listed (detectors/__init__.py)
 
 S = 1_000_000_000

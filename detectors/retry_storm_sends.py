@@ -2,7 +2,7 @@
 request" are): one row per send of a request — the first send of every transaction (every protocol's
 transaction frame), each resend a protocol folds into its transaction and declares with
 ``Protocol.resends`` (DNS queries, RPC calls re-sent with their id: the hook reads the protocol's
-message frame, :data:`RESEND_FRAMES`) and every SYN a client sent (``tcp_segments`` + ``connections``) —
+message frame, :data:`RESEND_FRAMES`) and every SYN a client sent (``tcp_client_syns`` + ``connections``) —
 with how it ended: answered fine (``ok_ts``), with an error (``error``, ``err_ts``) or not at all, and
 when it stopped being outstanding (``end_ts``). Asks answered with one of a protocol's ``poll_answers``
 (a lock denied because another owner holds it) are left out: they are lock_polling's.
@@ -15,7 +15,6 @@ import polars as pl
 
 from analyzer.decoders import registry
 from analyzer.decoders.protocol import Protocol
-from analyzer.tcp.analysis import TH_ACK as ACK, TH_SYN as SYN
 
 from .base import endpoint_expr, optional_frame
 from .herd import requests_of
@@ -148,16 +147,12 @@ def syn_sends(capture) -> tuple[pl.DataFrame, pl.DataFrame | None]:
     empty = pl.DataFrame(schema=SEND_SCHEMA)
     try:
         conns = capture.frame("connections")
-        segs = capture.frame("tcp_segments")
+        syns = capture.frame("tcp_client_syns")
     except KeyError:
         return empty, None
-    if conns is None or conns.height == 0 or segs is None or segs.height == 0:
+    if conns is None or conns.height == 0 or syns is None or syns.height == 0:
         return empty, conns
-    is_syn = (pl.col("tcp_flags").cast(pl.Int64) & (SYN | ACK)) == SYN
-    syn = segs.lazy().filter(is_syn & pl.col("from_client")).select(  # lazy: only these columns are filtered
-        pl.col("frame").cast(pl.UInt32), pl.col("ts_ns").cast(pl.Int64).alias("ts"), "conn").collect()
-    if syn.height == 0:
-        return empty, conns
+    syn = syns.select(pl.col("frame").cast(pl.UInt32), pl.col("ts_ns").cast(pl.Int64).alias("ts"), "conn")
     c = conns.select(
         "conn", pl.col("client").cast(pl.String), pl.col("client_port").cast(pl.UInt16),
         pl.col("server").cast(pl.String), pl.col("server_port").cast(pl.UInt16),

@@ -16,12 +16,13 @@ import polars as pl
 
 from analyzer.command import open_captures, writing
 from analyzer.errors import ExitCode, UnreadableCapture, fail
+from analyzer.partitions import CONNECTION_FRAMES
 from analyzer.progress import stage
 from analyzer.render import console as make_console
 from analyzer.selection import apply as select
 
-from . import (ParameterError, at_least, available, configure, describe, detect_partition, expanded,
-               frames_read_here, incident_params, incidents, partitioned, required_frames, run, top_level)
+from . import (ParameterError, at_least, available, configure, describe, detect_frames, detect_partition,
+               expanded, frames_read_here, incident_params, incidents, partitioned, required_frames, run, top_level)
 from .incidents_evidence import DNS_FRAME
 from .listing import print_detectors
 from .report import capture_summary, finding_records, incident_records, render, render_table
@@ -85,20 +86,27 @@ def _scan_group(group, cfg: ScanConfig, selection, client, local: bool, expand: 
 
 
 def decode_on_cluster(client, cap, files, selection, cfg: ScanConfig, *, local: bool) -> dict[str, pl.DataFrame]:
-    """Decode on the cluster: the workers build the frames, run the detectors that declare a
-    PARTITION on their partition (:func:`detectors.detect_partition`) and send back those detectors'
-    findings and the frames the others (and the population step, and the incident linker's DNS
-    evidence) read here, which ``cap`` is given. Returns the findings found on the workers."""
+    """Decode on the cluster: the workers build the frames, run the detectors that declare a server
+    PARTITION on their partition (:func:`detectors.detect_partition`), those partitioned by client on
+    the client buckets (:func:`detectors.detect_frames`), and send back those detectors' findings and
+    the frames the others (and the population step, and the incident linker's DNS evidence) read
+    here, which ``cap`` is given. Returns the findings found on the workers."""
     from analyzer import distributed
     from analyzer.capture import READER_FRAMES
 
     stage("decode on the cluster")
     names = list(configure(cfg.detectors, cfg.overrides))
-    on_workers = partitioned(names)
-    here = set(frames_read_here(names, on_workers)) | ({DNS_FRAME} & set(required_frames(names)))
+    on_workers, by_client = partitioned(names, "server"), partitioned(names, "client")
+    here = set(frames_read_here(names, on_workers + by_client)) | ({DNS_FRAME} & set(required_frames(names)))
     shipped = [n for n in required_frames(names) if n in here and n not in READER_FRAMES]
     then = functools.partial(detect_partition, names=on_workers, overrides=cfg.overrides) if on_workers else None
-    frames, found = distributed.decode_frames(client, files, selection, shipped, local=local, then=then)
+    bucket_then = functools.partial(detect_frames, names=by_client, overrides=cfg.overrides) if by_client else None
+    # a client bucket is cut by the connections' clients: the connections always go in
+    bucketed = tuple(dict.fromkeys(["connections", *(n for n in required_frames(by_client) if n in CONNECTION_FRAMES)]))
+    shared = {"frames": {"interfaces": cap.frame("interfaces")}, "path": cap.path, "files": cap.files,
+              "pieces": cap.pieces, "warnings": cap.warnings}
+    frames, found = distributed.decode_frames(client, files, selection, shipped, local=local, then=then,
+                                              client_frames=bucketed, client_then=bucket_then, shared=shared)
     for name, frame in frames.items():
         cap.set_frame(name, frame)
     return found

@@ -200,8 +200,11 @@ def test_contract_violations_are_refused(throwaway):
     with pytest.raises(TypeError, match="connections"):  # the population step's frames not required
         detectors.register(bad)
     del bad.POPULATION
-    bad.PARTITION = "client"  # only "server" partitions are decoded on the workers
+    bad.PARTITION = "entry"  # partitions are by server or by client
     with pytest.raises(TypeError, match="PARTITION"):
+        detectors.register(bad)
+    bad.PARTITION = "client"  # a client bucket holds connection frames, not packets
+    with pytest.raises(TypeError, match="client bucket holds .* not packets"):
         detectors.register(bad)
     assert "bad" not in detectors.available()
 

@@ -4,6 +4,7 @@ import random
 import numpy as np
 import polars as pl
 
+from analyzer.tcp import client_syns
 from detectors import retry_storm as rs
 from detectors import run
 from detectors.base import FINDINGS_SCHEMA
@@ -261,7 +262,7 @@ def test_syn_retries():
         "conn": pl.UInt32, "client_port": pl.UInt16, "server_port": pl.UInt16, "synack_ts_ns": pl.Int64,
         "last_ts_ns": pl.Int64, "rtt_client_server_ns": pl.Int64})
     # tcp_segments carries its own times and flags (analyzer/tcp: SEGMENT_DESCRIPTIONS); packets is not read
-    c = FakeCapture(tcp_segments=seg_frame, connections=conn_frame)
+    c = FakeCapture(tcp_client_syns=client_syns(seg_frame), connections=conn_frame)
     f = rs.detect(c, rs.Params(max_gap_ns=10 * S))
     assert f.height == 1
     r = f.row(0, named=True)
@@ -283,7 +284,7 @@ def test_syn_retry_resource_brackets_an_ipv6_server():
                           "server_rst": [False, False]},
                          schema_overrides={"conn": pl.UInt32, "client_port": pl.UInt16, "server_port": pl.UInt16,
                                            "synack_ts_ns": pl.Int64, "rtt_client_server_ns": pl.Int64})
-    sends, _ = rs.syn_sends(FakeCapture(tcp_segments=segs, connections=conns))
+    sends, _ = rs.syn_sends(FakeCapture(tcp_client_syns=client_syns(segs), connections=conns))
     assert sends.sort("frame")["resource"].to_list() == ["[2001:db8::1]:53", "10.0.0.1:53"]
     assert sends["key_resource"].to_list() == sends["resource"].to_list()
 

@@ -141,10 +141,9 @@ def nfs_capture(clients=20, resend_after_s=(60, 120, 180), same_xid=True, answer
                           "client_port": [700 + k for k in range(clients)], "server": [SERVER] * clients,
                           "server_port": [2049] * clients, "handshake_rtt_ns": [90 * US] * clients},
                          schema_overrides={"client_port": pl.UInt16, "server_port": pl.UInt16})
-    segs = pl.DataFrame(schema={"frame": pl.UInt32, "ts_ns": pl.Int64, "conn": pl.UInt32, "tcp_flags": pl.UInt8,
-                                "from_client": pl.Boolean})
+    syns = pl.DataFrame(schema={"frame": pl.UInt32, "ts_ns": pl.Int64, "conn": pl.UInt32})  # no SYN captured
     return FakeCapture(nfs_messages=msgs, nfs_transactions=pair_transactions(msgs), connections=conns,
-                       tcp_segments=segs)
+                       tcp_client_syns=syns)
 
 
 def test_same_xid_resent_on_one_tcp_connection_after_timeo_is_a_retry_storm():

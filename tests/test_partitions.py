@@ -22,7 +22,8 @@ import pytest
 import detectors
 from analyzer import open_capture
 from analyzer.capture import READER_FRAMES
-from analyzer.partitions import (ORDINALS, decode_partition, decoder_ports, merge_frames, partition_of_packets,
+from analyzer.partitions import (CONNECTION_FRAMES, ORDINALS, FrameSet, client_buckets, connection_maps,
+                                 decode_partition, decoder_ports, merge_frames, partition_of_packets,
                                  restrict_to_partition)
 from rocev2_captures import rocev2_capture
 
@@ -95,6 +96,53 @@ def test_partition_detectors_find_on_the_partitions_what_they_find_on_the_whole(
     assert merged.to_dicts() == whole.to_dicts()
 
 
+def _client_buckets(path, count: int) -> tuple[list[dict[str, pl.DataFrame]], dict[str, pl.DataFrame]]:
+    """The merged client buckets of ``count`` server partitions (as ``scan --workers`` builds them), and
+    the whole run's connection frames."""
+    decoded = []
+    for k in range(count):
+        with open_capture(path) as cap:
+            restrict_to_partition(cap, k, count)
+            decoded.append(decode_partition(cap, CONNECTION_FRAMES))
+    maps = connection_maps(decoded)
+    buckets = [client_buckets(d, count) for d in decoded]
+    merged = [merge_frames([b[j] for b in buckets], maps) for j in range(count)]
+    with open_capture(path) as cap:
+        whole = {n: cap.frame(n) for n in (*CONNECTION_FRAMES, "interfaces")}
+    return merged, whole
+
+
+@pytest.mark.parametrize("name", ["tcp-incast.pcap", "smb2-break-queue.pcap", "nfs4-delegation-recall.pcap",
+                                  "ldap-repl-conflict.pcap", "eval/dns-herd-dnsmasq-50.pcap"])
+def test_client_buckets_hold_every_connection_of_their_clients_with_the_whole_runs_ids(name):
+    merged, whole = _client_buckets(SAMPLES / name, 3)
+    clients = [set(m["connections"]["client"].cast(pl.String).to_list()) for m in merged]
+    assert sum(map(len, clients)) == len(set().union(*clients))  # a client is in one bucket only
+    for frame in CONNECTION_FRAMES:
+        union = pl.concat([m[frame] for m in merged]).sort(*(("conn",) if frame == "connections" else ("frame",)))
+        assert union.equals(whole[frame]), frame  # every row once, conn numbered as in the whole run
+
+
+@pytest.mark.parametrize("name", ["tcp-incast.pcap", "tcp-incast-healthy.pcap", "eval/tcp-incast-32x16k.pcap",
+                                  "eval/tcp-incast-client-vantage.pcap"])
+def test_client_detectors_find_on_the_buckets_what_they_find_on_the_whole(name):
+    """What ``scan --workers`` relies on to run the detectors declaring ``PARTITION = "client"`` on buckets."""
+    by_client = detectors.partitioned(list(detectors.available()), "client")
+    assert "incast" in by_client
+    with open_capture(SAMPLES / name) as cap:
+        whole = detectors.run(cap, only=by_client)
+    merged, frames = _client_buckets(SAMPLES / name, 3)
+    found: dict[str, list[pl.DataFrame]] = {}
+    for bucket in merged:
+        fs = FrameSet({**bucket, "interfaces": frames["interfaces"]}, path=name, files=[name], pieces=[])
+        for det, frame in detectors.detect_frames(fs, by_client).items():
+            found.setdefault(det, []).append(frame)
+    with open_capture(SAMPLES / name) as cap:
+        again = detectors.run(cap, only=by_client, found_elsewhere={d: pl.concat(f) for d, f in found.items()})
+    assert again.to_dicts() == whole.to_dicts()
+    assert whole.height or "healthy" in name
+
+
 def test_a_partition_holds_a_server_and_every_packet_of_its_clients():
     with open_capture(SAMPLES / "smb2-break-queue.pcap") as cap:
         p = cap.packets.with_columns(partition_of_packets(cap.packets, 5, decoder_ports()))
@@ -138,7 +186,8 @@ def _split(path: Path, into: Path, packets: int) -> list[Path]:
 
 
 @needs_dask
-@pytest.mark.parametrize("name", ["smb2-break-queue.pcap", "krb5-as-tgs-herd.pcapng", "ldap-toctou.pcapng"])
+@pytest.mark.parametrize("name", ["smb2-break-queue.pcap", "krb5-as-tgs-herd.pcapng", "ldap-toctou.pcapng",
+                                  "tcp-incast.pcap"])  # incast: on the client buckets
 def test_scan_with_two_workers_reports_the_single_process_scan(name):
     path = SAMPLES / name
     code, single = _scan(path)

@@ -5,6 +5,9 @@ Frames (``cap.frame(name)``):
   numbers, the ``tcp.analysis.*`` flags and measures). Join to ``packets`` on ``frame``.
 - ``connections``: one row per connection (Zeek's conn_state and history, handshake RTT split into its
   two halves, options per side, packets and bytes per direction).
+- ``tcp_client_syns``: the rows of ``tcp_segments`` that are a SYN without ACK from the connection's
+  client (resent SYNs included): ``frame``, ``ts_ns``, ``conn``. What counts connection attempts
+  without the whole segment table (on a cluster, what crosses from the workers instead of it).
 
 Messages for the decoders: :func:`tcp_messages` (see ``analyzer.tcp.framing``).
 """
@@ -16,7 +19,7 @@ import polars as pl
 from .. import columns, schema
 from ..capture import frame_builder
 from . import analysis as an
-from .connections import ACK, CONNECTION_DESCRIPTIONS, assign_connections, client_sides, connections_frame
+from .connections import ACK, CONNECTION_DESCRIPTIONS, SYN, assign_connections, client_sides, connections_frame
 from .framing import tcp_messages
 
 SEGMENT_DESCRIPTIONS = {
@@ -144,4 +147,18 @@ def _build_connections(cap) -> pl.DataFrame:
     return connections
 
 
-__all__ = ["analyze_segments", "tcp_messages", "tcp_packets"]
+CLIENT_SYN_COLUMNS = ("frame", "ts_ns", "conn")
+
+
+def client_syns(segments: pl.DataFrame) -> pl.DataFrame:
+    """Of ``tcp_segments``: the SYNs (no ACK) each connection's client sent, resends included."""
+    syn = (pl.col("tcp_flags").cast(pl.Int64) & (SYN | ACK)) == SYN
+    return segments.lazy().filter(syn & pl.col("from_client")).select(CLIENT_SYN_COLUMNS).collect()
+
+
+@frame_builder("tcp_client_syns")
+def _build_client_syns(cap) -> pl.DataFrame:
+    return client_syns(cap.frame("tcp_segments"))
+
+
+__all__ = ["analyze_segments", "client_syns", "tcp_messages", "tcp_packets"]
