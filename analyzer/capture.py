@@ -45,10 +45,10 @@ class Capture:
     """A capture file read into frames. Use as a context manager or call :meth:`close`."""
 
     def __init__(self, path: str | os.PathLike, *, chunk_records: int = DEFAULT_CHUNK_RECORDS,
-                 progress: bool | None = None, _parts=None):
+                 progress: bool | None = None, kept=None, _parts=None):
         self.path = os.fspath(path)
         if _parts is None:
-            data, tables = read_tables(self.path, chunk_records=chunk_records, progress=progress)
+            data, tables = read_tables(self.path, chunk_records=chunk_records, progress=progress, kept=kept)
         else:
             data, tables = _parts
         self._data: CaptureBytes = data
@@ -67,6 +67,8 @@ class Capture:
         self.selection: dict | None = None  # what --start/--end/--host/--port kept (analyzer/selection.py)
         # (file, frames before it in this capture's numbering, its frame count), in numbering order
         self.pieces: list[tuple[str, int, int]] = [(self.path, 0, tables.packets.height)]
+        # read in part (ReadPart): (frame, ts_ns) of every selected packet of the whole capture
+        self.whole_times: pl.DataFrame | None = tables.times
 
     # -- bytes ---------------------------------------------------------------------------------
     @property
@@ -129,6 +131,9 @@ class Capture:
         self._frames["packets"] = kept
         for name in ("tcp_sack", "icmp_errors"):
             self._frames[name] = self._frames[name].join(frames, on="frame", how="semi")
+        # the reader's tables let go of the rows left out too (they are most of a server partition's)
+        self._tables = dataclasses.replace(self._tables, packets=kept, tcp_sack=self._frames["tcp_sack"],
+                                           icmp_errors=self._frames["icmp_errors"])
 
     def release(self, keep, packet_columns) -> None:
         """Free what nothing will read any more, once every frame in ``keep`` is built: the other
@@ -281,7 +286,50 @@ def _time_warnings(caps: list[Capture]) -> list[str]:
     return warnings
 
 
-def open_captures(paths: list[str | os.PathLike], **options) -> Capture:
+UNSELECTED = np.uint16(0xFFFF)  # ReadPart.ids of a packet the selection left out
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadPart:
+    """What reading one partition of a capture needs from a whole reading of it (``scan --workers``:
+    the caller reads the files once, each worker then keeps only its partition's packets; built by
+    ``analyzer.partitions.read_part``). The part is the whole reading restricted to its packets: the
+    same frame numbers, payload offsets, address Enums and interfaces."""
+
+    pieces: tuple[tuple[str, int, int], ...]  # the whole reading's Capture.pieces, in its order
+    ids: np.ndarray  # uint16 per frame of the whole reading (frame - 1): its partition, or UNSELECTED
+    index: int  # the partition to keep
+    interfaces: pl.DataFrame  # the whole reading's (its tick is inferred from every packet)
+    address_types: dict[str, dict[str, pl.DataType]]  # frame -> column -> the whole reading's Enum
+
+
+def _open_part(part: ReadPart, **options) -> Capture:
+    """The files of ``part.pieces`` read keeping only partition ``part.index`` (``open_captures(part=)``)."""
+    caps: list[Capture] = []
+    try:
+        for path, base, count in part.pieces:
+            ids = part.ids[base:base + count]
+            caps.append(open_capture(path, kept=(ids == part.index, ids != UNSELECTED), **options))
+    except BaseException:
+        for c in caps:
+            c.close()
+        raise
+    times = [c.whole_times.with_columns(pl.col("frame") + base) for c, (_, base, _) in zip(caps, part.pieces)]
+    cap = caps[0] if len(caps) == 1 else _joined(caps, [base for _, base, _ in part.pieces], [])
+    for name, types in part.address_types.items():  # a joined reading's Enums hold the values present
+        frame = cap.frame(name)
+        recast = [pl.col(c).cast(pl.String).cast(t) for c, t in types.items() if frame.schema[c] != t]
+        if recast and name == "packets":
+            cap.restrict_packets(frame.with_columns(recast))
+        elif recast:
+            cap.set_frame(name, frame.with_columns(recast))
+    cap.set_frame("interfaces", part.interfaces)
+    cap.pieces = [tuple(p) for p in part.pieces]
+    cap.whole_times = pl.concat(times)
+    return cap
+
+
+def open_captures(paths: list[str | os.PathLike], *, part: ReadPart | None = None, **options) -> Capture:
     """Several files read as one capture: the pieces of a ring buffer, joined in time order.
 
     The files are put in the order of their first timestamps and concatenated, not interleaved: frame
@@ -294,7 +342,12 @@ def open_captures(paths: list[str | os.PathLike], **options) -> Capture:
     A file named twice (or through another link) and a piece holding the same packets as another are
     read once; pieces that overlap in time, or leave a gap longer than :data:`GAP_MIN_NS` and than the
     longest silence inside them, are noted. Each case adds a line to the capture's ``warnings``.
+
+    ``part``: read only one partition of files a whole reading already ordered and checked
+    (:class:`ReadPart`; ``paths`` are then its pieces').
     """
+    if part is not None:
+        return _open_part(part, **options)
     paths, warnings = _distinct_files(paths)
     caps: list[Capture] = []
     try:
@@ -310,6 +363,12 @@ def open_captures(paths: list[str | os.PathLike], **options) -> Capture:
     if len(caps) == 1:
         caps[0].warnings = warnings
         return caps[0]
+    return _joined(caps, None, warnings)
+
+
+def _joined(caps: list[Capture], frame_bases: list[int] | None, warnings: list[str]) -> Capture:
+    """``caps`` (closed here) as one capture: frames numbered on from piece to piece (from
+    ``frame_bases``, or by each piece's packets), the bytes side by side (open_captures)."""
     joined = join([c._data for c in caps])  # the files side by side in one mapping, or None: a copy
     bases = joined[1] if joined is not None else np.cumsum([0] + [len(c.buf) for c in caps[:-1]]).tolist()
     frame_base, iface_base = 0, 0
@@ -322,7 +381,7 @@ def open_captures(paths: list[str | os.PathLike], **options) -> Capture:
         sacks.append(c.frame("tcp_sack").with_columns(pl.col("frame") + frame_base))
         icmps.append(c.frame("icmp_errors").with_columns(pl.col("frame") + frame_base))
         ifaces.append(c.frame("interfaces").with_columns(pl.col("iface") + iface_base))
-        frame_base += p.height
+        frame_base = frame_bases[k + 1] if frame_bases is not None and k + 1 < len(frame_bases) else frame_base + p.height
         iface_base += c.frame("interfaces").height
     packets = pl.concat(_merge_enum(packets, ("src", "dst")))
     icmps = pl.concat(_merge_enum(icmps, ("inner_src", "inner_dst")))
@@ -342,7 +401,7 @@ def open_captures(paths: list[str | os.PathLike], **options) -> Capture:
     merged.reports = [(c.path, c.report) for c in caps]
     merged.files = [c.path for c in caps]
     bases = np.cumsum([0] + [c.packets.height for c in caps])
-    merged.pieces = [(c.path, int(bases[k]), c.packets.height) for k, c in enumerate(caps)]
+    merged.pieces = [(c.path, int(bases[k]), c.packets.height) for k, c in enumerate(caps)]  # (in part: the caller's)
     merged.warnings = warnings
     for c in caps:
         c.close()

@@ -10,7 +10,10 @@ partitions as the cluster has worker threads.
 Dask is an optional extra (``pip install 'herdscope[distributed]'``): it is imported here only, when
 one of the options is given. A local cluster has one thread per worker process, and each worker's
 Polars and Numba are held to one thread, so N workers use N cores and do not oversubscribe them.
-Every worker reads the files itself (from a path it can open: on a remote cluster, shared storage).
+The caller reads the files once (it needs their packets for the report, and the partition of each
+packet is decided over the whole capture); every worker then reads them again itself (from a path it
+can open: on a remote cluster, shared storage), keeping only its partition's packets
+(``analyzer.capture.ReadPart``), so a worker holds its part, not the whole.
 
 Detectors that follow a client across its servers run in a second stage: each decoding task also
 splits its connection frames into client buckets (``analyzer.partitions.client_buckets``), and one
@@ -21,6 +24,7 @@ the caller receives neither them nor the connection frames they hold unless its 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import tempfile
@@ -28,13 +32,18 @@ import tempfile
 import click
 import polars as pl
 
-from . import selection as select
-from .capture import open_captures
+from .capture import ReadPart, open_captures
 from .errors import ClusterFailure
-from .partitions import (FrameSet, client_buckets, connection_maps, decode_partition, merge_frames,
-                         restrict_to_partition)
+from .partitions import (FrameSet, client_buckets, connection_maps, decode_partition, merge_frames, partition_ids,
+                         read_part)
 
 INSTALL_HINT = "pip install 'herdscope[distributed]' (Dask's distributed scheduler)"
+# partitions per worker thread: a capture's servers are far from equal (on the 1M synth capture one
+# server has 27% of the packets, and 2 partitions split it 75/25), so with more partitions than threads
+# Dask hands the next one to whichever worker is free, and each is smaller; but each partition walks
+# every record of the files again. On the 10M synth capture, 2 workers: 2 partitions 46.6 s and 3.6 GB
+# in the largest worker, 4 partitions 44.6 s and 2.2 GB, 8 partitions 66.5 s and 2.2 GB.
+PARTITIONS_PER_THREAD = 2
 # what a local worker's own thread pools are held to: one Dask thread, one core
 WORKER_ENV = {"POLARS_MAX_THREADS": "1", "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
@@ -74,31 +83,28 @@ def _threads(client) -> int:
     return max(1, sum(w.get("nthreads", 1) for w in info["workers"].values()))
 
 
-def decode_partition_task(files: list[str], selection, names: list[str], index: int, count: int,
-                          spill_dir: str | None = None, then=None, client_frames: tuple[str, ...] = ()):
-    """One task: the frames ``names`` of partition ``index`` of ``count`` of the files read as one
-    capture (after ``selection``, as the caller applied it), and what ``then(capture, whole_packets)``
-    returns (a dict of small frames, e.g. the findings of detectors run on the partition; sent back
-    as they are), as ``(frames, then's, buckets)``: ``buckets`` is the partition's ``client_frames``
-    split into ``count`` client buckets (empty without them). With ``spill_dir`` the frames and
-    buckets are written there as Arrow IPC files and their paths returned: on one machine that is
-    several times faster than sending them through the cluster's sockets (171 MB of frames of 1M
-    packets: ~3.5 s, against ~0.3 s)."""
-    cap = open_captures(files)
+def decode_partition_task(part: ReadPart, ids, names: list[str], count: int, spill_dir: str | None = None,
+                          then=None, client_frames: tuple[str, ...] = ()):
+    """One task: the frames ``names`` of partition ``part.index`` of ``count`` (its packets alone read
+    from the files, ``ids`` saying which: :func:`analyzer.partitions.partition_ids`), and what
+    ``then(capture, whole_packets)`` returns (a dict of small frames, e.g. the findings of detectors
+    run on the partition; sent back as they are), as ``(frames, then's, buckets)``: ``buckets`` is the
+    partition's ``client_frames`` split into ``count`` client buckets (empty without them). With
+    ``spill_dir`` the frames and buckets are written there as Arrow IPC files and their paths
+    returned: on one machine that is several times faster than sending them through the cluster's
+    sockets (171 MB of frames of 1M packets: ~3.5 s, against ~0.3 s)."""
+    cap = open_captures([p for p, _, _ in part.pieces], part=dataclasses.replace(part, ids=ids))
     try:
-        select.apply(cap, selection)
-        whole_packets = cap.packets.select("frame", "ts_ns")
-        restrict_to_partition(cap, index, count)
         frames = decode_partition(cap, names)
         bucketed = decode_partition(cap, client_frames) if client_frames else None
-        extra = then(cap, whole_packets) if then is not None else {}
+        extra = then(cap, cap.whole_times) if then is not None else {}
     finally:
         cap.close()
     buckets = client_buckets(bucketed, count) if bucketed is not None else []
     if spill_dir is None:
         return frames, extra, buckets
-    return (_spill(frames, spill_dir, f"{index}"), extra,
-            [_spill(b, spill_dir, f"{index}-client{j}") for j, b in enumerate(buckets)])
+    return (_spill(frames, spill_dir, f"{part.index}"), extra,
+            [_spill(b, spill_dir, f"{part.index}-client{j}") for j, b in enumerate(buckets)])
 
 
 def _spill(frames: dict[str, pl.DataFrame], spill_dir: str, stem: str) -> dict[str, str]:
@@ -132,20 +138,28 @@ def _bucket(result, j: int):
     return result[2][j]
 
 
-def decode_frames(client, files: list[str], selection, names, *, local: bool, then=None,
-                  client_frames: tuple[str, ...] = (), client_then=None, shared: dict | None = None
+def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: tuple[str, ...] = (),
+                  client_then=None, shared: dict | None = None, packet_columns: tuple[str, ...] | None = None
                   ) -> tuple[dict, dict]:
-    """The frames ``names`` of the files, decoded partition by partition on ``client``'s cluster and
-    merged: the same frames as a single process builds (``analyzer.partitions``); and the frames
-    ``then`` made on each partition and ``client_then`` on each client bucket of ``client_frames``
-    (:func:`client_bucket_task`, with ``shared``), each name's concatenated in partition, then bucket,
-    order. ``local``: the workers share this machine's file system, so the frames come back through a
-    temporary directory."""
-    count = _threads(client)
+    """The frames ``names`` of ``cap`` (read whole here, its selection applied), decoded partition by
+    partition on ``client``'s cluster, each worker reading its partition's packets alone from the
+    files, and merged: the same frames as a single process builds (``analyzer.partitions``); and the
+    frames ``then`` made on each partition and ``client_then`` on each client bucket of
+    ``client_frames`` (:func:`client_bucket_task`, with ``shared``), each name's concatenated in
+    partition, then bucket, order. ``local``: the workers share this machine's file system, so the
+    frames come back through a temporary directory. ``packet_columns``: what the caller still reads of
+    ``cap.packets`` once the partitions are decided (the rest is freed while the workers decode,
+    ``Capture.release``: nothing more is built from ``cap``; the merged frames are set on it)."""
+    count = _threads(client) * PARTITIONS_PER_THREAD
     client_frames = tuple(client_frames) if client_then is not None else ()
+    ids = partition_ids(cap, count)
+    reads = [read_part(cap, None, k) for k in range(count)]
+    if packet_columns is not None:
+        cap.release((), packet_columns)
+    ids = client.scatter(ids, broadcast=True)
     with contextlib.ExitStack() as stack:
         spill = stack.enter_context(tempfile.TemporaryDirectory(prefix="herdscope-")) if local else None
-        decoded = [client.submit(decode_partition_task, list(files), selection, list(names), k, count, spill, then,
+        decoded = [client.submit(decode_partition_task, reads[k], ids, list(names), count, spill, then,
                                  client_frames, pure=False) for k in range(count)]
         heads = [client.submit(_part, d, 0, pure=False) for d in decoded]
         extras_of = [client.submit(_part, d, 1, pure=False) for d in decoded]

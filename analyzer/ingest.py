@@ -170,6 +170,8 @@ class PacketTables:
     report: ReadReport
     format: FileFormat
     section_info: dict[str, str]
+    # read in part (``kept``): (frame, ts_ns) of every record the part's ``times`` mask selects
+    times: pl.DataFrame | None = None
 
 
 def _chunk_frames(data: CaptureBytes, recs, hdr, src_ids, dst_ids, n, first_frame, addresses: AddressTable):
@@ -278,10 +280,35 @@ def _filled(arrays, n: int, capacity: int) -> list[np.ndarray]:
     return [a[:n].copy() if n < capacity // 2 else a[:n] for a in arrays]
 
 
+def _kept(frames: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame], kept: np.ndarray, times: np.ndarray,
+          first_frame: int) -> tuple[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame], pl.DataFrame]:
+    """One chunk's frames, only the rows of the records ``kept`` says (indexed by frame number - 1;
+    records beyond its end are not kept), and (frame, ts_ns) of those ``times`` says."""
+    packets, sack, icmp = frames
+    index = np.arange(first_frame - 1, first_frame - 1 + packets.height)
+    keep = np.zeros(packets.height, bool)
+    inside = index < len(kept)
+    keep[inside] = kept[index[inside]]
+    timed = np.zeros(packets.height, bool)
+    timed[inside] = times[index[inside]]
+    frames = packets.filter(pl.Series(keep))
+    kept_frames = frames["frame"].implode()
+    return ((frames, sack.filter(pl.col("frame").is_in(kept_frames)), icmp.filter(pl.col("frame").is_in(kept_frames))),
+            packets.select("frame", "ts_ns").filter(pl.Series(timed)))
+
+
 def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: bool | None = None,
-                data: CaptureBytes | None = None) -> tuple[CaptureBytes, PacketTables]:
+                data: CaptureBytes | None = None, kept: tuple[np.ndarray, np.ndarray] | None = None
+                ) -> tuple[CaptureBytes, PacketTables]:
     """Read every record of ``path``. Raises :class:`UnreadableCapture` when the file is not a capture
-    at all; damage inside a capture is reported in the returned :class:`ReadReport`."""
+    at all; damage inside a capture is reported in the returned :class:`ReadReport`.
+
+    ``kept`` (a part of a capture already read whole, ``analyzer.partitions``): two boolean arrays over
+    the file's records (frame number - 1): the rows to keep, and the records whose (frame, ts_ns) go to
+    the tables' ``times``. Every record is still walked (addresses are interned as in a whole read, so
+    the address Enum is the whole read's), but only those rows are kept, chunk by chunk; the report
+    counts are the whole file's, and the interfaces frame is inferred from the kept rows only (the
+    caller replaces it)."""
     data = data or open_bytes(path)
     buf = data.buf
     fmt = detect(bytes(buf[:PCAP_FILE_HEADER_LEN]))
@@ -306,6 +333,8 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
     capacity = max(1, min(chunk_records, size // 16 + 1))
     off = PCAP_FILE_HEADER_LEN if fmt.kind == "pcap" else 0
     pieces: list[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]] = []
+    times: list[pl.DataFrame] = []
+    status_counts = np.zeros(len(PARSE_STATUS_NAMES), np.int64)
     next_frame = 1
     bar = _Progress(size, "reading", progress)
     try:
@@ -326,7 +355,13 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
                 addresses.grow()
             if n:
                 recs, hdr = type(recs)(*_filled(recs, n, capacity)), type(hdr)(*_filled(hdr, n, capacity))
-                pieces.append(_chunk_frames(data, recs, hdr, *_filled(ids, n, capacity), n, next_frame, addresses))
+                chunk = _chunk_frames(data, recs, hdr, *_filled(ids, n, capacity), n, next_frame, addresses)
+                codes = chunk[0]["parse_status"].to_physical().to_numpy()
+                status_counts += np.bincount(codes, minlength=len(PARSE_STATUS_NAMES))[:len(PARSE_STATUS_NAMES)]
+                if kept is not None:
+                    chunk, timed = _kept(chunk, *kept, next_frame)
+                    times.append(timed)
+                pieces.append(chunk)
                 next_frame += n
             bar.update(off)
             if stop != rk.STOP_FULL:
@@ -355,14 +390,12 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
                                    for c in ("src", "dst"))
     icmp = icmp.with_columns(columns.enum_from_codes(icmp[c], address_enum).alias(c)
                              for c in ("inner_src", "inner_dst"))
-    status_counts = np.zeros(len(PARSE_STATUS_NAMES), np.int64)
-    for piece in pieces:
-        codes = piece[0]["parse_status"].to_physical().to_numpy()
-        status_counts += np.bincount(codes, minlength=len(PARSE_STATUS_NAMES))[:len(PARSE_STATUS_NAMES)]
     report.parse_status = {name: int(v) for name, v in zip(PARSE_STATUS_NAMES, status_counts) if v}
     section = _shb_options(buf, fmt.big_endian) if fmt.kind == "pcapng" else {}
     interfaces = _interfaces_frame(fmt, buf, ifaces, int(state[rk.ST_N_IFACES]), packets)
     tables = PacketTables(packets, sack, icmp, interfaces, report, fmt, section)
+    if kept is not None:
+        tables.times = pl.concat(times) if times else pl.DataFrame(schema={"frame": pl.UInt32, "ts_ns": pl.Int64})
     return data, tables
 
 

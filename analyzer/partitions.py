@@ -42,8 +42,10 @@ server partition holds only some of them. So a server partition's connection fra
 """
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
+from .capture import UNSELECTED, ReadPart
 from .decoders.registry import protocol_of_frame, protocols
 from .messages import flow_key
 
@@ -110,11 +112,26 @@ def decoder_ports() -> tuple[int, ...]:
     return tuple(sorted({port for p in protocols() for port in p.ports}))
 
 
-def restrict_to_partition(cap, index: int, count: int) -> None:
-    """Keep only partition ``index`` of ``count`` of ``cap``'s packets (before any frame is derived)."""
+def partition_ids(cap, count: int) -> np.ndarray:
+    """uint16 per frame of ``cap`` (frame - 1): the partition (of ``count``) of each packet it holds (after
+    a selection, the selected ones), :data:`~analyzer.capture.UNSELECTED` for the rest: what
+    :func:`read_part` hands a reader of one partition."""
+    if not 0 < count < int(UNSELECTED):
+        raise ValueError(f"partition count {count} out of range (1 .. {int(UNSELECTED) - 1})")
+    ids = np.full(sum(n for _, _, n in cap.pieces), UNSELECTED, np.uint16)
     packets = cap.packets
-    part = partition_of_packets(packets, count, decoder_ports())
-    cap.restrict_packets(packets.filter(part == index))
+    ids[packets["frame"].to_numpy().astype(np.int64) - 1] = partition_of_packets(packets, count, decoder_ports()).to_numpy()
+    return ids
+
+
+def read_part(cap, ids: np.ndarray | None, index: int) -> ReadPart:
+    """What reading partition ``index`` of ``cap``'s files alone needs (``open_captures(part=...)``): the
+    whole reading's pieces, interfaces and address Enums, and ``ids`` (:func:`partition_ids`; None to
+    be set later, as a cluster sends it once to every worker)."""
+    icmp = cap.frame("icmp_errors")
+    return ReadPart(pieces=tuple(cap.pieces), ids=ids, index=index, interfaces=cap.frame("interfaces"),
+                    address_types={"packets": {c: cap.packets.schema[c] for c in ("src", "dst")},
+                                   "icmp_errors": {c: icmp.schema[c] for c in ("inner_src", "inner_dst")}})
 
 
 def decode_partition(cap, names) -> dict[str, pl.DataFrame]:

@@ -29,6 +29,8 @@ from .base import EVIDENCE_CAP
 from .incidents_dns import TYPE_A, TYPE_AAAA, answer_addresses
 
 DNS_FRAME = "dns_transactions"
+# what retain() reads of the packets frame: each frame's addresses, and where the DNS responses are
+RETAINED_PACKET_COLUMNS = ("frame", "src", "dst", "payload_offset", "payload_caplen")
 
 
 @dataclass
@@ -82,7 +84,7 @@ def retain(capture, frames=None) -> Retained:
     after a plain run with ``frames`` None (then only the DNS transactions already built are read)."""
     packets = capture.packets
     out = Retained(read_bytes=getattr(capture, "bytes_at", None))
-    if {"src", "dst"} <= set(packets.columns):
+    if {"src", "dst"} <= set(packets.columns):  # RETAINED_PACKET_COLUMNS
         out.addresses = packets.select("frame", "src", "dst")
     dns = capture.built_frames().get(DNS_FRAME) if hasattr(capture, "built_frames") else None
     if dns is None and frames is not None and DNS_FRAME in frames:

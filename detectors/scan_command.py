@@ -23,11 +23,17 @@ from analyzer.selection import apply as select
 
 from . import (ParameterError, at_least, available, configure, describe, detect_frames, detect_partition,
                expanded, frames_read_here, incident_params, incidents, partitioned, required_frames, run, top_level)
-from .incidents_evidence import DNS_FRAME
+from .base import PACKET_COLUMNS
+from .incidents_evidence import DNS_FRAME, RETAINED_PACKET_COLUMNS
 from .listing import print_detectors
 from .report import capture_summary, finding_records, incident_records, render, render_table
 from .scan_config import ScanConfig
 from .show import check_id, find_finding, print_finding, tshark_summaries
+
+
+# what a scan reads of the packets frame once the frames are built: the detectors' columns, the incident
+# linker's (incidents.retain) and the report's (its count and span)
+KEPT_PACKET_COLUMNS = tuple(dict.fromkeys(PACKET_COLUMNS + RETAINED_PACKET_COLUMNS))
 
 
 def scan(files, cfg: ScanConfig, selection, *, fmt: str, output: str | None, separate: bool, quiet: bool,
@@ -61,7 +67,7 @@ def _scan_group(group, cfg: ScanConfig, selection, client, local: bool, expand: 
         fail(str(exc))
         return ExitCode.UNREADABLE
     select(cap, selection)
-    found_elsewhere = decode_on_cluster(client, cap, group, selection, cfg, local=local) if client else None
+    found_elsewhere = decode_on_cluster(client, cap, cfg, local=local) if client else None
     linker = linker_params(cfg)
     kept = incidents.retain(cap, required_frames(cfg.detectors))  # what release would free
     findings = run_detectors(cap, cfg, release=True, found_elsewhere=found_elsewhere)
@@ -85,7 +91,7 @@ def _scan_group(group, cfg: ScanConfig, selection, client, local: bool, expand: 
     return code
 
 
-def decode_on_cluster(client, cap, files, selection, cfg: ScanConfig, *, local: bool) -> dict[str, pl.DataFrame]:
+def decode_on_cluster(client, cap, cfg: ScanConfig, *, local: bool) -> dict[str, pl.DataFrame]:
     """Decode on the cluster: the workers build the frames, run the detectors that declare a server
     PARTITION on their partition (:func:`detectors.detect_partition`), those partitioned by client on
     the client buckets (:func:`detectors.detect_frames`), and send back those detectors' findings and
@@ -105,8 +111,8 @@ def decode_on_cluster(client, cap, files, selection, cfg: ScanConfig, *, local: 
     bucketed = tuple(dict.fromkeys(["connections", *(n for n in required_frames(by_client) if n in CONNECTION_FRAMES)]))
     shared = {"frames": {"interfaces": cap.frame("interfaces")}, "path": cap.path, "files": cap.files,
               "pieces": cap.pieces, "warnings": cap.warnings}
-    frames, found = distributed.decode_frames(client, files, selection, shipped, local=local, then=then,
-                                              client_frames=bucketed, client_then=bucket_then, shared=shared)
+    frames, found = distributed.decode_frames(client, cap, shipped, local=local, then=then, client_frames=bucketed,
+                                              client_then=bucket_then, shared=shared, packet_columns=KEPT_PACKET_COLUMNS)
     for name, frame in frames.items():
         cap.set_frame(name, frame)
     return found

@@ -22,9 +22,10 @@ import pytest
 import detectors
 from analyzer import open_capture
 from analyzer.capture import READER_FRAMES
+from analyzer.capture import open_captures
 from analyzer.partitions import (CONNECTION_FRAMES, ORDINALS, FrameSet, client_buckets, connection_maps,
-                                 decode_partition, decoder_ports, merge_frames, partition_of_packets,
-                                 restrict_to_partition)
+                                 decode_partition, decoder_ports, merge_frames, partition_ids, partition_of_packets,
+                                 read_part)
 from rocev2_captures import rocev2_capture
 
 ROOT = Path(__file__).parent.parent
@@ -45,13 +46,18 @@ CAPTURES = [
 NAMES = [n for n in detectors.required_frames() if n not in READER_FRAMES]
 
 
+def _parts(path, count: int):
+    """Each partition of ``count`` of the capture at ``path``, read alone (as a worker reads it)."""
+    with open_capture(path) as whole:
+        ids = partition_ids(whole, count)
+        reads = [read_part(whole, ids, k) for k in range(count)]
+    for part in reads:
+        with open_captures([], part=part) as cap:
+            yield cap
+
+
 def _partitioned(path, count: int) -> dict[str, pl.DataFrame]:
-    parts = []
-    for k in range(count):
-        with open_capture(path) as cap:
-            restrict_to_partition(cap, k, count)
-            parts.append(decode_partition(cap, NAMES))
-    return merge_frames(parts)
+    return merge_frames([decode_partition(cap, NAMES) for cap in _parts(path, count)])
 
 
 def _assert_same_frames(path, count: int) -> None:
@@ -85,12 +91,9 @@ def test_partition_detectors_find_on_the_partitions_what_they_find_on_the_whole(
     with open_capture(SAMPLES / name) as cap:
         whole = detectors.run(cap, only=on_parts)
     found: dict[str, list[pl.DataFrame]] = {}
-    for k in range(3):
-        with open_capture(SAMPLES / name) as cap:
-            packets = cap.packets.select("frame", "ts_ns")
-            restrict_to_partition(cap, k, 3)
-            for det, frame in detectors.detect_partition(cap, packets, on_parts).items():
-                found.setdefault(det, []).append(frame)
+    for cap in _parts(SAMPLES / name, 3):
+        for det, frame in detectors.detect_partition(cap, cap.whole_times, on_parts).items():
+            found.setdefault(det, []).append(frame)
     with open_capture(SAMPLES / name) as cap:
         merged = detectors.run(cap, only=on_parts, found_elsewhere={d: pl.concat(f) for d, f in found.items()})
     assert merged.to_dicts() == whole.to_dicts()
@@ -99,11 +102,7 @@ def test_partition_detectors_find_on_the_partitions_what_they_find_on_the_whole(
 def _client_buckets(path, count: int) -> tuple[list[dict[str, pl.DataFrame]], dict[str, pl.DataFrame]]:
     """The merged client buckets of ``count`` server partitions (as ``scan --workers`` builds them), and
     the whole run's connection frames."""
-    decoded = []
-    for k in range(count):
-        with open_capture(path) as cap:
-            restrict_to_partition(cap, k, count)
-            decoded.append(decode_partition(cap, CONNECTION_FRAMES))
+    decoded = [decode_partition(cap, CONNECTION_FRAMES) for cap in _parts(path, count)]
     maps = connection_maps(decoded)
     buckets = [client_buckets(d, count) for d in decoded]
     merged = [merge_frames([b[j] for b in buckets], maps) for j in range(count)]
@@ -141,6 +140,33 @@ def test_client_detectors_find_on_the_buckets_what_they_find_on_the_whole(name):
         again = detectors.run(cap, only=by_client, found_elsewhere={d: pl.concat(f) for d, f in found.items()})
     assert again.to_dicts() == whole.to_dicts()
     assert whole.height or "healthy" in name
+
+
+@pytest.mark.parametrize("pieces", [1, 3])
+def test_a_partition_read_alone_is_the_whole_reading_restricted_to_it(tmp_path, pieces):
+    """What a worker reads: the whole reading's rows of its partition, after the selection (here
+    --port 445), with the whole reading's frame numbers, Enums and interfaces, and the times of every
+    selected packet; for a capture of one file and of several pieces alike."""
+    from analyzer.selection import Selection, apply
+
+    path = SAMPLES / "smb2-break-queue.pcap"
+    with open_capture(path) as cap:
+        per_piece = -(-cap.packets.height // pieces)
+    files = [path] if pieces == 1 else _split(path, tmp_path / "p", per_piece)
+    assert len(files) == pieces
+    whole = open_captures(files)
+    apply(whole, Selection(ports=(445,)))
+    ids = partition_ids(whole, 3)
+    assert (ids != 0xFFFF).sum() == whole.packets.height < sum(n for _, _, n in whole.pieces)
+    for k in range(3):
+        with open_captures([], part=read_part(whole, ids, k)) as cap:
+            expected = whole.packets.filter(pl.Series(ids[whole.packets["frame"].to_numpy() - 1] == k))
+            assert cap.packets.equals(expected) and cap.packets.schema == whole.packets.schema
+            assert cap.frame("interfaces").equals(whole.frame("interfaces")) and cap.pieces == whole.pieces
+            assert cap.whole_times.equals(whole.packets.select("frame", "ts_ns"))
+            assert cap.frame("tcp_sack").equals(whole.frame("tcp_sack").join(expected.select("frame"), on="frame",
+                                                                              how="semi"))
+    whole.close()
 
 
 def test_a_partition_holds_a_server_and_every_packet_of_its_clients():

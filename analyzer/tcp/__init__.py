@@ -52,6 +52,8 @@ SEGMENT_DESCRIPTIONS = {
 # descriptions for export's schema.json (types come from the frames themselves)
 schema.FRAMES.setdefault("tcp_segments", tuple(schema.column(k, object, v) for k, v in SEGMENT_DESCRIPTIONS.items()))
 schema.FRAMES.setdefault("connections", tuple(schema.column(k, object, v) for k, v in CONNECTION_DESCRIPTIONS.items()))
+# tcp_client_syns: its columns are tcp_segments' (the rows are a client's SYNs)
+schema.FRAMES.setdefault("tcp_client_syns", tuple(c for c in schema.FRAMES["tcp_segments"] if c.name in ("frame", "ts_ns", "conn")))
 
 _TCP_COLUMNS = ("frame", "ts_ns", "src", "dst", "sport", "dport", "tcp_flags", "seq", "ack", "window",
                 "wscale", "mss", "sack_perm", "ts_val", "payload_len", "payload_caplen", "payload_offset",
@@ -147,7 +149,7 @@ def _build_connections(cap) -> pl.DataFrame:
     return connections
 
 
-CLIENT_SYN_COLUMNS = ("frame", "ts_ns", "conn")
+CLIENT_SYN_COLUMNS = tuple(c.name for c in schema.FRAMES["tcp_client_syns"])
 
 
 def client_syns(segments: pl.DataFrame) -> pl.DataFrame:
