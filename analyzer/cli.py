@@ -264,8 +264,12 @@ def detector_options(command):
 @click.option("--scheduler", metavar="tcp://HOST:8786",
               help="decode on the Dask cluster of this scheduler instead (its workers must be able to open "
                    "the files at the same paths)")
+@click.option("--partitions", type=click.IntRange(min=1), metavar="N",
+              help="decode in N server partitions, one after the other (or, with --workers/--scheduler, on the "
+                   "workers; default there 2 per worker): memory holds about the largest partition's decoding, "
+                   "not the whole capture's, and the files are read N more times; the findings are the same")
 def scan(files, detector_list, config_path, sets, start, end, hosts, ports, fmt, output, fail_on, separate, quiet,
-         expand, workers, scheduler) -> int:
+         expand, workers, scheduler, partitions) -> int:
     from detectors.scan_command import scan as scan_captures  # lazy: the detectors load Polars and Numba
     from detectors.scan_config import scan_config  # lazy: as above
 
@@ -277,7 +281,7 @@ def scan(files, detector_list, config_path, sets, start, end, hosts, ports, fmt,
         raise click.UsageError("--workers and --scheduler exclude each other (a local cluster, or an existing one)")
     check_output_file("--output", output)
     return scan_captures(files, cfg, selection, fmt=fmt, output=output, separate=separate, quiet=quiet,
-                         expand=expand, workers=workers, scheduler=scheduler)
+                         expand=expand, workers=workers, scheduler=scheduler, partitions=partitions)
 
 
 # detectors.diff_gate.GateParams' fields, written out so that --help loads no detector (tests/test_diff.py

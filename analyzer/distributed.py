@@ -78,7 +78,37 @@ def cluster(workers: int | None = None, scheduler: str | None = None):
         yield client
 
 
+class InProcess:
+    """The calls :func:`decode_frames` makes of a Dask client, done at once in this process, one after
+    the other: ``scan --partitions N`` without a cluster, which decodes the partitions in turn so that
+    memory holds one partition's decoding at a time."""
+
+    def submit(self, fn, *args, pure: bool = True):
+        return _Done(fn(*(_resolved(a) for a in args)))
+
+    def gather(self, done: list) -> list:
+        return [d.value for d in done]
+
+    def scatter(self, data, broadcast: bool = False):
+        return data
+
+
+@dataclasses.dataclass
+class _Done:
+    value: object
+
+
+def _resolved(arg):
+    if isinstance(arg, _Done):
+        return arg.value
+    if isinstance(arg, list):
+        return [_resolved(a) for a in arg]
+    return arg
+
+
 def _threads(client) -> int:
+    if isinstance(client, InProcess):
+        return 1
     info = client.scheduler_info(n_workers=-1)  # every worker (the default lists only the first five)
     return max(1, sum(w.get("nthreads", 1) for w in info["workers"].values()))
 
@@ -139,8 +169,8 @@ def _bucket(result, j: int):
 
 
 def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: tuple[str, ...] = (),
-                  client_then=None, shared: dict | None = None, packet_columns: tuple[str, ...] | None = None
-                  ) -> tuple[dict, dict]:
+                  client_then=None, shared: dict | None = None, packet_columns: tuple[str, ...] | None = None,
+                  partitions: int | None = None) -> tuple[dict, dict]:
     """The frames ``names`` of ``cap`` (read whole here, its selection applied), decoded partition by
     partition on ``client``'s cluster, each worker reading its partition's packets alone from the
     files, and merged: the same frames as a single process builds (``analyzer.partitions``); and the
@@ -149,8 +179,10 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
     partition, then bucket, order. ``local``: the workers share this machine's file system, so the
     frames come back through a temporary directory. ``packet_columns``: what the caller still reads of
     ``cap.packets`` once the partitions are decided (the rest is freed while the workers decode,
-    ``Capture.release``: nothing more is built from ``cap``; the merged frames are set on it)."""
-    count = _threads(client) * PARTITIONS_PER_THREAD
+    ``Capture.release``: nothing more is built from ``cap``; the merged frames are set on it).
+    ``partitions``: how many (default :data:`PARTITIONS_PER_THREAD` per worker thread). ``client`` may
+    be :class:`InProcess`."""
+    count = partitions or _threads(client) * PARTITIONS_PER_THREAD
     client_frames = tuple(client_frames) if client_then is not None else ()
     ids = partition_ids(cap, count)
     reads = [read_part(cap, None, k) for k in range(count)]
@@ -172,8 +204,10 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
                                           [client.submit(_bucket, d, j, pure=False) for d in decoded], conn_maps,
                                           shared or {}, client_then, pure=False) for j in range(count)]
                 found += client.gather(bucketed)
-        except _dask().KilledWorker as exc:
-            raise ClusterFailure(f"a Dask worker died while decoding (out of memory?): {exc}") from exc
+        except Exception as exc:
+            if not isinstance(client, InProcess) and isinstance(exc, _dask().KilledWorker):
+                raise ClusterFailure(f"a Dask worker died while decoding (out of memory?): {exc}") from exc
+            raise
     extras: dict[str, list] = {}
     for extra in found:
         for name, frame in extra.items():

@@ -37,11 +37,12 @@ KEPT_PACKET_COLUMNS = tuple(dict.fromkeys(PACKET_COLUMNS + RETAINED_PACKET_COLUM
 
 
 def scan(files, cfg: ScanConfig, selection, *, fmt: str, output: str | None, separate: bool, quiet: bool,
-         expand: bool, workers: int | None = None, scheduler: str | None = None) -> int:
+         expand: bool, workers: int | None = None, scheduler: str | None = None, partitions: int | None = None) -> int:
     """Run the detectors over ``files`` (one capture, or each on its own with ``separate``) and write
     the report; the exit code says whether a finding reached ``cfg.fail_on``. The options were
     checked by the caller (outputs are writable, parquet has an output) before this reads anything.
-    With ``workers`` or ``scheduler`` the decoding runs on a Dask cluster (``analyzer.distributed``)."""
+    With ``workers`` or ``scheduler`` the decoding runs on a Dask cluster (``analyzer.distributed``);
+    with ``partitions`` alone, in that many server partitions one after the other in this process."""
     groups = [[f] for f in files] if separate else [list(files)]
     results, frames = [], []
     code = ExitCode.OK
@@ -51,14 +52,20 @@ def scan(files, cfg: ScanConfig, selection, *, fmt: str, output: str | None, sep
             from analyzer import distributed  # lazy: only these options import Dask
 
             client = stack.enter_context(distributed.cluster(workers, scheduler))
+        elif partitions and partitions > 1:
+            from analyzer.distributed import InProcess  # lazy: as above (Dask itself is not imported)
+
+            client = InProcess()
         for group in groups:
-            code = _scan_group(group, cfg, selection, client, scheduler is None, expand, results, frames, code)
+            code = _scan_group(group, cfg, selection, client, scheduler is None, expand, results, frames, code,
+                               partitions)
     with writing("--output", output):
         write_scan(results, frames, fmt, cfg.fail_on, output, quiet)
     return code
 
 
-def _scan_group(group, cfg: ScanConfig, selection, client, local: bool, expand: bool, results, frames, code):
+def _scan_group(group, cfg: ScanConfig, selection, client, local: bool, expand: bool, results, frames, code,
+                partitions: int | None = None):
     """One capture of a scan: its report and findings appended to ``results`` and ``frames``; the exit
     code so far, updated."""
     try:
@@ -67,7 +74,7 @@ def _scan_group(group, cfg: ScanConfig, selection, client, local: bool, expand: 
         fail(str(exc))
         return ExitCode.UNREADABLE
     select(cap, selection)
-    found_elsewhere = decode_on_cluster(client, cap, cfg, local=local) if client else None
+    found_elsewhere = decode_on_cluster(client, cap, cfg, local=local, partitions=partitions) if client else None
     linker = linker_params(cfg)
     kept = incidents.retain(cap, required_frames(cfg.detectors))  # what release would free
     findings = run_detectors(cap, cfg, release=True, found_elsewhere=found_elsewhere)
@@ -91,7 +98,8 @@ def _scan_group(group, cfg: ScanConfig, selection, client, local: bool, expand: 
     return code
 
 
-def decode_on_cluster(client, cap, cfg: ScanConfig, *, local: bool) -> dict[str, pl.DataFrame]:
+def decode_on_cluster(client, cap, cfg: ScanConfig, *, local: bool, partitions: int | None = None
+                      ) -> dict[str, pl.DataFrame]:
     """Decode on the cluster: the workers build the frames, run the detectors that declare a server
     PARTITION on their partition (:func:`detectors.detect_partition`), those partitioned by client on
     the client buckets (:func:`detectors.detect_frames`), and send back those detectors' findings and
@@ -112,7 +120,8 @@ def decode_on_cluster(client, cap, cfg: ScanConfig, *, local: bool) -> dict[str,
     shared = {"frames": {"interfaces": cap.frame("interfaces")}, "path": cap.path, "files": cap.files,
               "pieces": cap.pieces, "warnings": cap.warnings}
     frames, found = distributed.decode_frames(client, cap, shipped, local=local, then=then, client_frames=bucketed,
-                                              client_then=bucket_then, shared=shared, packet_columns=KEPT_PACKET_COLUMNS)
+                                              client_then=bucket_then, shared=shared, packet_columns=KEPT_PACKET_COLUMNS,
+                                              partitions=partitions)
     for name, frame in frames.items():
         cap.set_frame(name, frame)
     return found

@@ -186,7 +186,7 @@ def test_a_partition_holds_a_server_and_every_packet_of_its_clients():
     assert p.filter(pl.col("src").is_null())["partition"].to_list() == [0] * p.filter(pl.col("src").is_null()).height
 
 
-# -- on a Dask cluster, from the command line -------------------------------------------------------
+# -- from the command line: --partitions in this process, and on a Dask cluster ---------------------
 needs_dask = pytest.mark.skipif(importlib.util.find_spec("distributed") is None,
                                 reason="Dask is the optional extra herdscope[distributed]")
 
@@ -220,6 +220,32 @@ def test_scan_with_two_workers_reports_the_single_process_scan(name):
     code2, workers = _scan(path, "--workers", "2")
     assert code2 == code
     assert workers == single  # ids, evidence, summary: the same report
+
+
+@pytest.mark.parametrize("name", ["smb2-break-queue.pcap", "tcp-incast.pcap", "nfs4-delegation-recall.pcap",
+                                  "dns-retry-storm.pcapng"])
+def test_scan_in_partitions_in_this_process_reports_the_single_process_scan(name):
+    """--partitions without a cluster: the partitions decoded one after the other in this process."""
+    path = SAMPLES / name
+    code, single = _scan(path)
+    code3, parts = _scan(path, "--partitions", "3")
+    assert code3 == code and parts == single and single["findings"]
+
+
+def test_split_and_selected_capture_in_partitions_reports_what_the_single_process_scan_does(tmp_path):
+    pieces = _split(SAMPLES / "krb5-as-tgs-herd.pcapng", tmp_path / "p", 150)
+    selected = ("--port", "88")
+    _, single = _scan(*pieces, *selected)
+    _, parts = _scan(*pieces, *selected, "--partitions", "4")
+    assert parts == single and single["findings"] and single["captures"][0]["selection"]
+
+
+@needs_dask
+def test_more_partitions_than_workers_report_the_single_process_scan():
+    path = SAMPLES / "smb2-oplock-lease-break.pcap"
+    code, single = _scan(path)
+    code5, five = _scan(path, "--workers", "2", "--partitions", "5")
+    assert code5 == code and five == single and single["findings"]
 
 
 @needs_dask
