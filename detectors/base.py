@@ -143,6 +143,7 @@ def findings(rows: pl.DataFrame, *, detector: str, params) -> pl.DataFrame:
         pl.col("evidence_frames").list.len().cast(pl.UInt32).alias("evidence_total"),
         pl.col("evidence_frames").list.head(evidence_cap() or 2**31).alias("evidence_frames"),
         pl.lit(params_json(params)).alias("parameters"),
+        *significant_floats(),
     )
     ids = [stable_id(r) for r in out.select(*ID_PARTS).iter_rows()]
     out = out.with_columns(pl.Series("finding_id", _distinct_ids(out, ids)))
@@ -150,6 +151,17 @@ def findings(rows: pl.DataFrame, *, detector: str, params) -> pl.DataFrame:
 
 
 ID_PARTS = ("detector", "kind", "client", "server", "resource", "start_ns", "metric")
+# a finding's float columns carry this many significant digits: the last bits of a float depend on how
+# the engine evaluated it (Polars divides a column of two rows or more by a constant as a multiplication
+# by its reciprocal, one row exactly: 46953000 ns / 1e6 is 46.952999999999996 or 46.953), and a finding is
+# the same however many rows its frames had (scan --partitions, --workers)
+SIGNIFICANT_DIGITS = 12
+
+
+def significant_floats() -> list[pl.Expr]:
+    """The findings' float columns held to :data:`SIGNIFICANT_DIGITS` (findings(), population findings)."""
+    return [pl.col(n).cast(pl.Float64).round_sig_figs(SIGNIFICANT_DIGITS)
+            for n, (dtype, _) in FINDING_COLUMNS.items() if dtype == pl.Float64]
 
 
 def _distinct_ids(out: pl.DataFrame, ids: list[str]) -> list[str]:

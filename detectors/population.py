@@ -66,7 +66,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from .base import (FINDINGS_SCHEMA, SEVERITIES, SEVERITY_RANK, endpoint_expr, evidence_cap, fmt_ns, optional_frame,
-                   params_json, stable_id)
+                   params_json, significant_floats, stable_id)
 from .params import LOWER, param
 
 NAME = "population"
@@ -340,7 +340,7 @@ def apply(found: pl.DataFrame, capture, modules: dict[str, object], configured: 
     found = found.join(link, on="finding_id", how="left", maintain_order="left").with_columns(
         pl.coalesce("member_of", "_member_of").alias("member_of")).drop("_member_of")
     pops = pl.DataFrame([[r[c] for c in FINDINGS_SCHEMA.names()] for r in populations], schema=FINDINGS_SCHEMA,
-                        orient="row")
+                        orient="row").with_columns(significant_floats())
     return pl.concat([found.select(FINDINGS_SCHEMA.names()), pops])
 
 
