@@ -366,7 +366,7 @@ def stage_scan_partitions(ctx: Ctx) -> Result:
         text = report.read_text() if report.exists() else ""
     if proc.returncode not in (0, 1):
         return Result(name, wall, None, rss, peak_anon_kb=anon, status="failed", note=f"exit {proc.returncode}: {tail(proc.stderr)}")
-    res = Result(name, wall, ctx.packets, rss, peak_anon_kb=anon, note=how)
+    res = Result(name, wall, ctx.packets, rss, peak_anon_kb=anon, note=how + _anon_note(anon, plain))
     if plain is not None and plain.extra.get("report_sha256"):
         same = hashlib.sha256(text.encode()).hexdigest() == plain.extra["report_sha256"]
         res.note += "; report identical to the plain scan's" if same else "; REPORT DIFFERS from the plain scan's"
@@ -437,7 +437,17 @@ def _workers_stage(ctx: Ctx, workers: int) -> Result:
     if proc.returncode not in (0, 1):
         return Result(name, wall, None, rss, peak_anon_kb=anon, status="failed", note=f"exit {proc.returncode}: {tail(proc.stderr)}")
     n = len(json.loads(report.read_text())["findings"])
-    return Result(name, wall, ctx.packets, rss, peak_anon_kb=anon, note=f"{how}; {n} findings; peak is the driver's")
+    return Result(name, wall, ctx.packets, rss, peak_anon_kb=anon,
+                  note=f"{how}; {n} findings; peak is the driver's" + _anon_note(anon, ctx.result("herdscope scan")))
+
+
+def _anon_note(anon_kb: int | None, plain: Result | None) -> str:
+    """The stage's peak anonymous memory beside the plain scan's (its RSS counts mapped files: the
+    capture, and the Arrow files the partitions' frames come back through)."""
+    if not anon_kb:
+        return ""
+    beside = f" (plain scan {plain.peak_anon_kb / 1e3:,.0f} MB)" if plain is not None and plain.peak_anon_kb else ""
+    return f"; peak anonymous {anon_kb / 1e3:,.0f} MB{beside}"
 
 
 @stage("scan, 8 pieces, 1 worker", {"workers"})
