@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import polars as pl
@@ -286,3 +287,32 @@ def test_workers_without_dask_say_how_to_get_it(tmp_path):
                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert run.returncode == 2
     assert "pip install 'herdscope[distributed]'" in run.stderr
+
+
+@needs_dask
+def test_a_worker_that_dies_is_a_cluster_failure():
+    """Dask gives up on a task whose workers died (KilledWorker: out of memory, killed): one error that
+    says so (the CLI prints it on one line and exits 4), not a traceback."""
+    import distributed
+
+    from analyzer import distributed as cluster
+    from analyzer.errors import ClusterFailure
+
+    class DyingCluster:  # a cluster whose workers run the tasks, then die before handing them back
+        def __init__(self):
+            self.here = cluster.InProcess()
+            self.submit, self.scatter = self.here.submit, self.here.scatter
+
+        def gather(self, done):
+            worker = types.SimpleNamespace(address="tcp://127.0.0.1:1")
+            raise distributed.KilledWorker("decode_partition_task-0", worker, 3)
+
+    with open_capture(SAMPLES / "tcp-incast.pcap") as cap:
+        with pytest.raises(ClusterFailure, match="a Dask worker died"):
+            cluster.decode_frames(DyingCluster(), cap, ["connections"], local=True, partitions=2)
+    with open_capture(SAMPLES / "tcp-incast.pcap") as cap:  # in this process, an error is what it is
+        class Broken(cluster.InProcess):
+            def gather(self, done):
+                raise ValueError("a bug")
+        with pytest.raises(ValueError, match="a bug"):
+            cluster.decode_frames(Broken(), cap, ["connections"], local=True, partitions=2)
