@@ -291,8 +291,8 @@ UNSELECTED = np.uint16(0xFFFF)  # ReadPart.ids of a packet the selection left ou
 
 @dataclasses.dataclass(frozen=True)
 class ReadPart:
-    """What reading one partition of a capture needs from a whole reading of it (``scan --workers``:
-    the caller reads the files once, each worker then keeps only its partition's packets; built by
+    """What reading one partition of a capture needs from a whole reading of it (``scan --partitions``,
+    ``--workers``: the caller reads the files once, each partition's task then keeps only its packets; built by
     ``analyzer.partitions.read_part``). The part is the whole reading restricted to its packets: the
     same frame numbers, payload offsets, address Enums and interfaces."""
 
@@ -371,17 +371,18 @@ def _joined(caps: list[Capture], frame_bases: list[int] | None, warnings: list[s
     ``frame_bases``, or by each piece's packets), the bytes side by side (open_captures)."""
     joined = join([c._data for c in caps])  # the files side by side in one mapping, or None: a copy
     bases = joined[1] if joined is not None else np.cumsum([0] + [len(c.buf) for c in caps[:-1]]).tolist()
-    frame_base, iface_base = 0, 0
+    if frame_bases is None:
+        frame_bases = np.cumsum([0] + [c.packets.height for c in caps[:-1]]).tolist()
+    iface_base = 0
     packets, sacks, icmps, ifaces = [], [], [], []
     for k, c in enumerate(caps):
-        buf_base = bases[k]
+        buf_base, frame_base = bases[k], frame_bases[k]
         p = c.packets
         packets.append(p.with_columns(pl.col("frame") + frame_base, pl.col("payload_offset") + buf_base,
                                       pl.col("iface") + iface_base))
         sacks.append(c.frame("tcp_sack").with_columns(pl.col("frame") + frame_base))
         icmps.append(c.frame("icmp_errors").with_columns(pl.col("frame") + frame_base))
         ifaces.append(c.frame("interfaces").with_columns(pl.col("iface") + iface_base))
-        frame_base = frame_bases[k + 1] if frame_bases is not None and k + 1 < len(frame_bases) else frame_base + p.height
         iface_base += c.frame("interfaces").height
     packets = pl.concat(_merge_enum(packets, ("src", "dst")))
     icmps = pl.concat(_merge_enum(icmps, ("inner_src", "inner_dst")))
@@ -400,8 +401,7 @@ def _joined(caps: list[Capture], frame_bases: list[int] | None, warnings: list[s
     merged = Capture(data.path, _parts=(data, tables))
     merged.reports = [(c.path, c.report) for c in caps]
     merged.files = [c.path for c in caps]
-    bases = np.cumsum([0] + [c.packets.height for c in caps])
-    merged.pieces = [(c.path, int(bases[k]), c.packets.height) for k, c in enumerate(caps)]  # (in part: the caller's)
+    merged.pieces = [(c.path, int(frame_bases[k]), c.packets.height) for k, c in enumerate(caps)]
     merged.warnings = warnings
     for c in caps:
         c.close()

@@ -1,11 +1,12 @@
-"""Decoding on a Dask cluster: ``herdscope scan --workers N`` and ``--scheduler tcp://HOST:8786``.
+"""Decoding on a Dask cluster: ``herdscope scan --workers N`` and ``--scheduler tcp://HOST:8786`` (and,
+with :class:`InProcess` in the client's place, ``--partitions N`` in one process, the tasks in turn).
 
 Each task opens the capture files, keeps one server partition of their packets
 (``analyzer.partitions``: every packet to or from the partition's servers, so connections, flows and
 per-server decoder state stay whole), runs TCP analysis and the decoders on it and sends back the
 frames the detectors read; the caller merges them (:func:`analyzer.partitions.merge_frames`) into
-exactly the frames a single process builds and runs the detectors on those. There are as many
-partitions as the cluster has worker threads.
+exactly the frames a single process builds and runs the detectors on those. There are
+:data:`PARTITIONS_PER_THREAD` partitions per worker thread unless ``--partitions`` says how many.
 
 Dask is an optional extra (``pip install 'herdscope[distributed]'``): it is imported here only, when
 one of the options is given. A local cluster has one thread per worker process, and each worker's
