@@ -205,7 +205,11 @@ def open_capture(path: str | os.PathLike, **options) -> Capture:
     return Capture(path, **options)
 
 
-def _merge_enum(frames: list[pl.DataFrame], columns: tuple[str, ...]) -> list[pl.DataFrame]:
+def _merge_enum(frames: list[pl.DataFrame], columns: tuple[str, ...], enum: pl.DataType | None = None
+                ) -> list[pl.DataFrame]:
+    """``columns`` of ``frames`` cast to one Enum: ``enum``, or the sorted union of the values present."""
+    if enum is not None:
+        return [f.with_columns(pl.col(c).cast(pl.String).cast(enum) for c in columns) for f in frames]
     texts = set()
     for f in frames:
         for c in columns:
@@ -315,8 +319,8 @@ def _open_part(part: ReadPart, **options) -> Capture:
             c.close()
         raise
     times = [c.whole_times.with_columns(pl.col("frame") + base) for c, (_, base, _) in zip(caps, part.pieces)]
-    cap = caps[0] if len(caps) == 1 else _joined(caps, [base for _, base, _ in part.pieces], [])
-    for name, types in part.address_types.items():  # a joined reading's Enums hold the values present
+    cap = caps[0] if len(caps) == 1 else _joined(caps, [base for _, base, _ in part.pieces], [], part.address_types)
+    for name, types in part.address_types.items():  # one file read in part has the whole reading's already
         frame = cap.frame(name)
         recast = [pl.col(c).cast(pl.String).cast(t) for c, t in types.items() if frame.schema[c] != t]
         if recast and name == "packets":
@@ -366,9 +370,11 @@ def open_captures(paths: list[str | os.PathLike], *, part: ReadPart | None = Non
     return _joined(caps, None, warnings)
 
 
-def _joined(caps: list[Capture], frame_bases: list[int] | None, warnings: list[str]) -> Capture:
+def _joined(caps: list[Capture], frame_bases: list[int] | None, warnings: list[str],
+            address_types: dict[str, dict[str, pl.DataType]] | None = None) -> Capture:
     """``caps`` (closed here) as one capture: frames numbered on from piece to piece (from
-    ``frame_bases``, or by each piece's packets), the bytes side by side (open_captures)."""
+    ``frame_bases``, or by each piece's packets), the bytes side by side, the addresses in one Enum
+    (``address_types``' (ReadPart), or the values present) (open_captures)."""
     joined = join([c._data for c in caps])  # the files side by side in one mapping, or None: a copy
     bases = joined[1] if joined is not None else np.cumsum([0] + [len(c.buf) for c in caps[:-1]]).tolist()
     if frame_bases is None:
@@ -384,8 +390,9 @@ def _joined(caps: list[Capture], frame_bases: list[int] | None, warnings: list[s
         icmps.append(c.frame("icmp_errors").with_columns(pl.col("frame") + frame_base))
         ifaces.append(c.frame("interfaces").with_columns(pl.col("iface") + iface_base))
         iface_base += c.frame("interfaces").height
-    packets = pl.concat(_merge_enum(packets, ("src", "dst")))
-    icmps = pl.concat(_merge_enum(icmps, ("inner_src", "inner_dst")))
+    types = address_types or {}
+    packets = pl.concat(_merge_enum(packets, ("src", "dst"), types.get("packets", {}).get("src")))
+    icmps = pl.concat(_merge_enum(icmps, ("inner_src", "inner_dst"), types.get("icmp_errors", {}).get("inner_src")))
     buf = joined[0] if joined is not None else np.concatenate([c.buf for c in caps])
     first = caps[0]
     report = ReadReport(format=" + ".join(c.report.format for c in caps), records=packets.height,

@@ -280,21 +280,23 @@ def _filled(arrays, n: int, capacity: int) -> list[np.ndarray]:
     return [a[:n].copy() if n < capacity // 2 else a[:n] for a in arrays]
 
 
+def _window(mask: np.ndarray, start: int, n: int) -> np.ndarray:
+    """``mask[start:start + n]``, False beyond its end."""
+    out = np.zeros(n, bool)
+    part = mask[start:start + n]
+    out[:len(part)] = part
+    return out
+
+
 def _kept(frames: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame], kept: np.ndarray, times: np.ndarray,
           first_frame: int) -> tuple[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame], pl.DataFrame]:
     """One chunk's frames, only the rows of the records ``kept`` says (indexed by frame number - 1;
     records beyond its end are not kept), and (frame, ts_ns) of those ``times`` says."""
     packets, sack, icmp = frames
-    index = np.arange(first_frame - 1, first_frame - 1 + packets.height)
-    keep = np.zeros(packets.height, bool)
-    inside = index < len(kept)
-    keep[inside] = kept[index[inside]]
-    timed = np.zeros(packets.height, bool)
-    timed[inside] = times[index[inside]]
-    frames = packets.filter(pl.Series(keep))
-    kept_frames = frames["frame"].implode()
-    return ((frames, sack.filter(pl.col("frame").is_in(kept_frames)), icmp.filter(pl.col("frame").is_in(kept_frames))),
-            packets.select("frame", "ts_ns").filter(pl.Series(timed)))
+    keep = packets.filter(pl.Series(_window(kept, first_frame - 1, packets.height)))
+    frames_kept = keep["frame"].implode()
+    timed = packets.select("frame", "ts_ns").filter(pl.Series(_window(times, first_frame - 1, packets.height)))
+    return (keep, sack.filter(pl.col("frame").is_in(frames_kept)), icmp.filter(pl.col("frame").is_in(frames_kept))), timed
 
 
 def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: bool | None = None,
