@@ -320,7 +320,7 @@ def _open_part(part: ReadPart, **options) -> Capture:
         raise
     times = [c.whole_times.with_columns(pl.col("frame") + base) for c, (_, base, _) in zip(caps, part.pieces)]
     cap = caps[0] if len(caps) == 1 else _joined(caps, [base for _, base, _ in part.pieces], [], part.address_types)
-    for name, types in part.address_types.items():  # one file read in part has the whole reading's already
+    for name, types in part.address_types.items():  # the part interned only its own rows' addresses
         frame = cap.frame(name)
         recast = [pl.col(c).cast(pl.String).cast(t) for c, t in types.items() if frame.schema[c] != t]
         if recast and name == "packets":

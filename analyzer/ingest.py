@@ -174,10 +174,12 @@ class PacketTables:
     times: pl.DataFrame | None = None
 
 
-def _chunk_frames(data: CaptureBytes, recs, hdr, src_ids, dst_ids, n, first_frame, addresses: AddressTable):
-    """The packets, SACK-block and ICMP-error frames of one chunk of walked and decoded records."""
+def _chunk_frames(data: CaptureBytes, recs, hdr, src_ids, dst_ids, n, first_frame, addresses: AddressTable,
+                  row_frames: np.ndarray | None = None):
+    """The packets, SACK-block and ICMP-error frames of one chunk of walked and decoded records (frame
+    numbers from ``first_frame`` on, or ``row_frames``' when read in part)."""
     buf = data.buf
-    frame_no = np.arange(first_frame, first_frame + n, dtype=np.uint32)
+    frame_no = np.arange(first_frame, first_frame + n, dtype=np.uint32) if row_frames is None else row_frames
     arrays = {name: getattr(hdr, name) for name in hdr._fields}
     arrays.update(frame=frame_no, ts_ns=recs.ts_ns[:n], iface=recs.iface[:n], caplen=recs.caplen[:n],
                   wirelen=recs.wirelen[:n], src=src_ids, dst=dst_ids)
@@ -280,23 +282,19 @@ def _filled(arrays, n: int, capacity: int) -> list[np.ndarray]:
     return [a[:n].copy() if n < capacity // 2 else a[:n] for a in arrays]
 
 
-def _window(mask: np.ndarray, start: int, n: int) -> np.ndarray:
-    """``mask[start:start + n]``, False beyond its end."""
-    out = np.zeros(n, bool)
-    part = mask[start:start + n]
-    out[:len(part)] = part
-    return out
+_NO_MASK = np.zeros(0, np.bool_)
 
 
-def _kept(frames: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame], kept: np.ndarray, times: np.ndarray,
-          first_frame: int) -> tuple[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame], pl.DataFrame]:
-    """One chunk's frames, only the rows of the records ``kept`` says (indexed by frame number - 1;
-    records beyond its end are not kept), and (frame, ts_ns) of those ``times`` says."""
-    packets, sack, icmp = frames
-    keep = packets.filter(pl.Series(_window(kept, first_frame - 1, packets.height)))
-    frames_kept = keep["frame"].implode()
-    timed = packets.select("frame", "ts_ns").filter(pl.Series(_window(times, first_frame - 1, packets.height)))
-    return (keep, sack.filter(pl.col("frame").is_in(frames_kept)), icmp.filter(pl.col("frame").is_in(frames_kept))), timed
+def part_arrays(kept: tuple[np.ndarray, np.ndarray] | None, capacity: int, first_record: int) -> tuple:
+    """The ``part`` argument of the reading kernels for one chunk (``analyzer.kernels.reading``: reading
+    in part): ``kept``'s (keep, timed) masks over the file's records, the chunk's first record (number -
+    1) and its outputs: every kept row's frame number, (frame, ts_ns) of the timed records. Without
+    ``kept``, empty arrays that say "every record is a row"."""
+    if kept is None:
+        return (False, _NO_MASK, _NO_MASK, 0, 0, np.zeros(0, np.uint32), np.zeros(0, np.uint32), np.zeros(0, np.int64), 0)
+    keep, timed = (np.ascontiguousarray(m, dtype=np.bool_) for m in kept)
+    return (True, keep, timed, first_record, 0, np.empty(capacity, np.uint32), np.empty(capacity, np.uint32),
+            np.empty(capacity, np.int64), 0)
 
 
 def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: bool | None = None,
@@ -307,9 +305,10 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
 
     ``kept`` (a part of a capture already read whole, ``analyzer.partitions``): two boolean arrays over
     the file's records (frame number - 1): the rows to keep, and the records whose (frame, ts_ns) go to
-    the tables' ``times``. Every record is still walked (addresses are interned as in a whole read, so
-    the address Enum is the whole read's), but only those rows are kept, chunk by chunk; the report
-    counts are the whole file's, and the interfaces frame is inferred from the kept rows only (the
+    the tables' ``times``. Every record is still walked, but only those become rows: the others are not
+    decoded, nor their addresses interned (the caller casts the addresses to the whole reading's Enum),
+    ``analyzer.kernels.reading``. The report's record and walker counts are the whole file's, its
+    ``parse_status`` the kept rows'; the interfaces frame is inferred from the kept rows only (the
     caller replaces it)."""
     data = data or open_bytes(path)
     buf = data.buf
@@ -343,28 +342,31 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
         while True:
             recs, hdr = rk.allocate_records(capacity), allocate_headers(capacity)
             ids = (np.empty(capacity, np.uint32), np.empty(capacity, np.uint32))  # src, dst
+            part = part_arrays(kept, capacity, next_frame - 1)
             n = 0
             while True:
                 if fmt.kind == "pcap":
-                    n, off, stop = read_pcap(buf, off, fmt.big_endian, fmt.nanosecond, fmt.record_header_len,
-                                             fmt.snaplen, fmt.linktype, recs, hdr, n, addresses.arrays(), *ids,
-                                             state, counts)
+                    n, off, stop, walked, n_timed = read_pcap(
+                        buf, off, fmt.big_endian, fmt.nanosecond, fmt.record_header_len, fmt.snaplen, fmt.linktype,
+                        recs, hdr, n, addresses.arrays(), *ids, state, counts, part)
                 else:
-                    n, off, stop = read_pcapng(buf, off, recs, hdr, n, addresses.arrays(), *ids, ifaces, state,
-                                               counts)
+                    n, off, stop, walked, n_timed = read_pcapng(buf, off, recs, hdr, n, addresses.arrays(), *ids,
+                                                                ifaces, state, counts, part)
                 if stop != STOP_TABLE_FULL:
                     break
                 addresses.grow()
+                part = part[:4] + (walked,) + part[5:8] + (n_timed,)
+            if kept is not None:
+                times.append(pl.DataFrame({"frame": part[6][:n_timed].copy(), "ts_ns": part[7][:n_timed].copy()}))
             if n:
+                row_frames = part[5][:n].copy() if kept is not None else None
                 recs, hdr = type(recs)(*_filled(recs, n, capacity)), type(hdr)(*_filled(hdr, n, capacity))
-                chunk = _chunk_frames(data, recs, hdr, *_filled(ids, n, capacity), n, next_frame, addresses)
+                chunk = _chunk_frames(data, recs, hdr, *_filled(ids, n, capacity), n, next_frame, addresses,
+                                      row_frames)
                 codes = chunk[0]["parse_status"].to_physical().to_numpy()
                 status_counts += np.bincount(codes, minlength=len(PARSE_STATUS_NAMES))[:len(PARSE_STATUS_NAMES)]
-                if kept is not None:
-                    chunk, timed = _kept(chunk, *kept, next_frame)
-                    times.append(timed)
                 pieces.append(chunk)
-                next_frame += n
+            next_frame += walked
             bar.update(off)
             if stop != rk.STOP_FULL:
                 break
