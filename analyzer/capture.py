@@ -45,10 +45,12 @@ class Capture:
     """A capture file read into frames. Use as a context manager or call :meth:`close`."""
 
     def __init__(self, path: str | os.PathLike, *, chunk_records: int = DEFAULT_CHUNK_RECORDS,
-                 progress: bool | None = None, kept=None, _parts=None):
+                 progress: bool | None = None, kept=None, packet_columns: tuple[str, ...] | None = None,
+                 _parts=None):
         self.path = os.fspath(path)
         if _parts is None:
-            data, tables = read_tables(self.path, chunk_records=chunk_records, progress=progress, kept=kept)
+            data, tables = read_tables(self.path, chunk_records=chunk_records, progress=progress, kept=kept,
+                                       packet_columns=packet_columns)
         else:
             data, tables = _parts
         self._data: CaptureBytes = data
@@ -59,6 +61,8 @@ class Capture:
         }
         self._memo: dict[str, object] = {}  # intermediate tables shared by builders (not frames)
         self._released = False  # release() narrowed packets: nothing more can be built
+        # read with only these packet columns (read_tables(columns=)): nothing can be built either
+        self.columns: tuple[str, ...] | None = tuple(self._frames["packets"].columns) if packet_columns else None
         self._freed: set[str] = set()  # frames built, then freed by release() / drop()
         self.reports: list[tuple[str, ReadReport]] = [(self.path, tables.report)]
         self.files: list[str] = [self.path]
@@ -102,6 +106,9 @@ class Capture:
         if name not in self._frames:
             if self._released:
                 raise RuntimeError(f"frame {name!r} asked for after Capture.release() freed what builds it")
+            if self.columns is not None:
+                raise RuntimeError(f"frame {name!r} asked of a capture read with only the packet columns "
+                                   f"{', '.join(self.columns)}")
             if name not in FRAME_BUILDERS:
                 _load_builders()
             builder = FRAME_BUILDERS.get(name)
@@ -249,11 +256,15 @@ def _distinct_files(paths) -> tuple[list[str], list[str]]:
     return kept, warnings
 
 
+# what _drop_copies compares of two pieces' packets
+COPY_COLUMNS = ("ts_ns", "caplen", "wirelen")
+
+
 def _drop_copies(caps: list[Capture], warnings: list[str]) -> list[Capture]:
     """Drop a piece whose packets (times and lengths) are those of an earlier piece: a copy."""
     kept: list[Capture] = []
     for c in caps:
-        cols = ("ts_ns", "caplen", "wirelen")
+        cols = COPY_COLUMNS
         twin = next((k for k in kept if k.packets.height == c.packets.height and c.packets.height
                      and k.packets.select(cols).equals(c.packets.select(cols))), None)
         if twin is None:
@@ -410,6 +421,7 @@ def _joined(caps: list[Capture], frame_bases: list[int] | None, warnings: list[s
     merged.files = [c.path for c in caps]
     merged.pieces = [(c.path, int(frame_bases[k]), c.packets.height) for k, c in enumerate(caps)]
     merged.warnings = warnings
+    merged.columns = first.columns
     for c in caps:
         c.close()
     return merged

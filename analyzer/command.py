@@ -17,10 +17,10 @@ from .errors import ExitCode, OutputError, UnreadableCapture, fail
 _notice_shown = False  # the Numba cache notice is said once per process
 
 
-def open_captures(paths: list[str]):
-    """The files read as one capture (:func:`analyzer.capture.open_captures`), under the command
-    line's rule that a file from which damage let no packet at all be read is unreadable (exit 3),
-    not an empty capture."""
+def open_captures(paths: list[str], **options):
+    """The files read as one capture (:func:`analyzer.capture.open_captures`, with its ``options``),
+    under the command line's rule that a file from which damage let no packet at all be read is
+    unreadable (exit 3), not an empty capture."""
     from . import CACHE_NOTICE  # lazy: analyzer/__init__ sets up the Numba cache; --help needs none of it
     from .capture import open_captures as open_files  # lazy: the reader loads Polars and Numba
 
@@ -28,7 +28,7 @@ def open_captures(paths: list[str]):
     if CACHE_NOTICE and not _notice_shown:
         _notice_shown = True
         fail(f"note: {CACHE_NOTICE}")
-    cap = open_files(paths)
+    cap = open_files(paths, **options)
     for path, report in cap.reports:
         reason = report.nothing_read()
         if reason:

@@ -31,6 +31,9 @@ PROGRESS_MIN_BYTES = 64 << 20  # show a progress bar for files at least this big
 # than the largest record herdscope believes (records.MAX_TRUSTED_SNAPLEN) plus room for its options.
 MAX_PLAUSIBLE_BLOCK = rk.MAX_TRUSTED_SNAPLEN + (1 << 20)
 _ADDRESS_NULL = np.uint32(0xFFFFFFFF)
+# what the reader reads of its own packets frame once every chunk is in (the address Enum, the
+# interfaces' effective resolution) and a joined capture of several files (analyzer.capture)
+READ_COLUMNS = ("frame", "ts_ns", "iface", "parse_status", "src", "dst", "payload_offset")
 
 
 @dataclass
@@ -298,8 +301,8 @@ def part_arrays(kept: tuple[np.ndarray, np.ndarray] | None, capacity: int, first
 
 
 def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: bool | None = None,
-                data: CaptureBytes | None = None, kept: tuple[np.ndarray, np.ndarray] | None = None
-                ) -> tuple[CaptureBytes, PacketTables]:
+                data: CaptureBytes | None = None, kept: tuple[np.ndarray, np.ndarray] | None = None,
+                packet_columns: tuple[str, ...] | None = None) -> tuple[CaptureBytes, PacketTables]:
     """Read every record of ``path``. Raises :class:`UnreadableCapture` when the file is not a capture
     at all; damage inside a capture is reported in the returned :class:`ReadReport`.
 
@@ -337,6 +340,8 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
     times: list[pl.DataFrame] = []
     status_counts = np.zeros(len(PARSE_STATUS_NAMES), np.int64)
     next_frame = 1
+    narrow = None if packet_columns is None else [c.name for c in PACKET_COLUMNS
+                                                 if c.name in set(packet_columns) | set(READ_COLUMNS)]
     bar = _Progress(size, "reading", progress)
     try:
         while True:
@@ -365,6 +370,8 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
                                       row_frames)
                 codes = chunk[0]["parse_status"].to_physical().to_numpy()
                 status_counts += np.bincount(codes, minlength=len(PARSE_STATUS_NAMES))[:len(PARSE_STATUS_NAMES)]
+                if narrow is not None:
+                    chunk = (chunk[0].select(narrow), *chunk[1:])
                 pieces.append(chunk)
             next_frame += walked
             bar.update(off)
@@ -387,7 +394,7 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
         sack = pl.concat([p[1] for p in pieces], rechunk=False)
         icmp = pl.concat([p[2] for p in pieces], rechunk=False)
     else:
-        packets = empty_frame(PACKET_COLUMNS)
+        packets = empty_frame(PACKET_COLUMNS) if narrow is None else empty_frame(PACKET_COLUMNS).select(narrow)
         sack = empty_frame(TCP_SACK_COLUMNS)
         icmp = empty_frame(ICMP_ERROR_COLUMNS)
     packets = packets.with_columns(columns.enum_from_codes(packets[c], address_enum).alias(c)

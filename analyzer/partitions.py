@@ -88,6 +88,10 @@ _CONN_MAP = "_conn_first_frame"  # what a partition hands over besides its frame
 _ADDRESSES = "_address_dtype"  # and the capture's address Enum (an empty column of it): what codes are
 
 
+# what partition_ids reads of the packets frame
+PARTITION_COLUMNS = ("frame", "src", "dst", "sport", "dport")
+
+
 def partition_of_packets(packets: pl.DataFrame, count: int, ports) -> pl.Series:
     """The partition (0 .. count-1) of each packet: the hash of its server's address (module doc).
     Addresses are compared and hashed by their codes in the capture's address Enum, which every

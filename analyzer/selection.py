@@ -17,6 +17,7 @@ import polars as pl
 
 
 INT64_MAX, INT64_MIN = 2**63 - 1, -(2**63)  # the range of the ts_ns column (not a tunable threshold)
+SELECTION_COLUMNS = ("ts_ns", "src", "dst", "sport", "dport")  # what Selection.predicate reads of the packets
 
 
 class SelectionError(ValueError):

@@ -14,11 +14,13 @@ import json
 import click
 import polars as pl
 
+from analyzer.capture import COPY_COLUMNS
 from analyzer.command import open_captures, writing
 from analyzer.errors import ExitCode, UnreadableCapture, fail
-from analyzer.partitions import CONNECTION_FRAMES
+from analyzer.partitions import CONNECTION_FRAMES, PARTITION_COLUMNS
 from analyzer.progress import stage
 from analyzer.render import console as make_console
+from analyzer.selection import SELECTION_COLUMNS
 from analyzer.selection import apply as select
 
 from . import (ParameterError, at_least, available, configure, describe, detect_frames, detect_partition,
@@ -34,6 +36,10 @@ from .show import check_id, find_finding, print_finding, tshark_summaries
 # what a scan reads of the packets frame once the frames are built: the detectors' columns, the incident
 # linker's (incidents.retain) and the report's (its count and span)
 KEPT_PACKET_COLUMNS = tuple(dict.fromkeys(PACKET_COLUMNS + RETAINED_PACKET_COLUMNS))
+# what the caller of a partitioned scan reads of the packets at all: the columns above, and those the
+# selection, the partitioning and the joining of pieces read; its workers decode (issue 13: the rest
+# of a packet's ~90 bytes is never held by the caller)
+CALLER_PACKET_COLUMNS = tuple(dict.fromkeys(KEPT_PACKET_COLUMNS + SELECTION_COLUMNS + PARTITION_COLUMNS + COPY_COLUMNS))
 
 
 def scan(files, cfg: ScanConfig, selection, *, fmt: str, output: str | None, separate: bool, quiet: bool,
@@ -69,7 +75,7 @@ def _scan_group(group, cfg: ScanConfig, selection, client, local: bool, expand: 
     """One capture of a scan: its report and findings appended to ``results`` and ``frames``; the exit
     code so far, updated."""
     try:
-        cap = open_captures(group)
+        cap = open_captures(group, packet_columns=CALLER_PACKET_COLUMNS if client else None)
     except UnreadableCapture as exc:
         fail(str(exc))
         return ExitCode.UNREADABLE

@@ -86,3 +86,24 @@ def test_a_part_of_nothing_is_an_empty_frame_of_the_same_schema(tmp_path):
     data.close()
     assert part.packets.height == 0 and part.times.height == 0
     assert part.packets.drop("src", "dst").schema == whole.packets.drop("src", "dst").schema
+
+
+def test_a_capture_read_with_some_packet_columns_holds_those_and_builds_nothing(tmp_path):
+    """What a partitioned scan's caller reads (detectors.scan_command.CALLER_PACKET_COLUMNS): the
+    columns asked for and those the reader needs, the same rows as a whole reading; a frame asked of
+    it is a clear error, not a missing column deep in a builder."""
+    from analyzer.capture import open_captures
+    from analyzer.ingest import READ_COLUMNS
+
+    path = tmp_path / "t.pcap"
+    path.write_bytes(CAPTURES["pcap"])
+    whole = open_captures([path])
+    narrow = open_captures([path], packet_columns=("sport", "caplen"))
+    expected = [c for c in whole.packets.columns if c in {"sport", "caplen", *READ_COLUMNS}]
+    assert narrow.packets.columns == expected and len(expected) < len(whole.packets.columns)
+    assert narrow.packets.equals(whole.packets.select(expected))
+    assert narrow.frame("interfaces").equals(whole.frame("interfaces"))
+    with pytest.raises(RuntimeError, match="only the packet columns"):
+        narrow.frame("connections")
+    whole.close()
+    narrow.close()
