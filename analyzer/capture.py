@@ -194,6 +194,10 @@ class Capture:
             out.append({"file": path, "frames": (numbers[piece == k] - base).tolist()})
         return out
 
+    def forget_pages(self) -> None:
+        """Give back the resident pages of the mapped files (:meth:`CaptureBytes.forget_pages`)."""
+        self._data.forget_pages()
+
     def close(self) -> None:
         self._data.close()
 
@@ -415,7 +419,8 @@ def _joined(caps: list[Capture], frame_bases: list[int] | None, warnings: list[s
             report.parse_status[key] = report.parse_status.get(key, 0) + n
     tables = PacketTables(packets, pl.concat(sacks), icmps, pl.concat(ifaces), report, first.file_format,
                           first.section_info)
-    data = CaptureBytes("+".join(c.path for c in caps), buf, False, sum(c._data.file_size for c in caps))
+    data = CaptureBytes("+".join(c.path for c in caps), buf, False, sum(c._data.file_size for c in caps),
+                        mapped=joined is not None)
     merged = Capture(data.path, _parts=(data, tables))
     merged.reports = [(c.path, c.report) for c in caps]
     merged.files = [c.path for c in caps]

@@ -189,6 +189,7 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
     reads = [read_part(cap, None, k) for k in range(count)]
     if packet_columns is not None:
         cap.release((), packet_columns)
+    cap.forget_pages()  # the partitions map the files again; these pages come back if read
     ids = client.scatter(ids, broadcast=True)
     with contextlib.ExitStack() as stack:
         spill = stack.enter_context(tempfile.TemporaryDirectory(prefix="herdscope-")) if local else None

@@ -13,6 +13,7 @@ damage, as tshark does, and says what was wrong in :attr:`CaptureBytes.gzip_dama
 """
 from __future__ import annotations
 
+import ctypes
 import io
 import mmap
 import os
@@ -35,6 +36,7 @@ PIECE_BYTES = 1 << 20  # read (and decompress into) pieces of this size: the bou
 # piece that failed is fed again one byte at a time from the saved state, so every byte that
 # decompresses before the damage is kept (at most this many single-byte calls, a few ms).
 INFLATE_STEP_BYTES = 1 << 16
+MADV_DONTNEED = 4  # Linux's <sys/mman.h> (Python's mmap module has it only for its own mmap objects)
 
 
 @dataclass
@@ -49,6 +51,7 @@ class CaptureBytes:
     spilled: bool = False  # read from a pipe / stdin into a temporary file
     _mmap: mmap.mmap | None = field(default=None, repr=False)
     _file: object = field(default=None, repr=False)
+    mapped: bool = False  # ``buf`` maps files side by side (analyzer.joined_map), not a copy in memory
 
     @property
     def gzip_complete(self) -> bool:
@@ -61,6 +64,20 @@ class CaptureBytes:
             return self._file.fileno() if self._file is not None and self._mmap is not None else None
         except (OSError, ValueError):
             return None
+
+    def forget_pages(self) -> None:
+        """Give back this process's resident pages of the mapped files (``madvise(MADV_DONTNEED)``):
+        they stay in the page cache and are mapped again by the next read of them, so nothing is lost
+        or copied; what a partitioned scan's caller does while its partitions read the same files
+        again (else the process's RSS counts the files twice). Bytes held in memory (not a mapping of
+        files) are left alone: there the call would zero them."""
+        if not (self.mapped or self._mmap is not None) or self.buf.size == 0 or not sys.platform.startswith("linux"):
+            return
+        start = self.buf.ctypes.data
+        aligned = start - start % mmap.PAGESIZE
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        libc.madvise(aligned, self.buf.size + (start - aligned), MADV_DONTNEED)
 
     def close(self) -> None:
         self.buf = np.empty(0, dtype=np.uint8)

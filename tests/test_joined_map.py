@@ -13,7 +13,7 @@ import pytest
 
 from analyzer.capture import open_captures
 from analyzer.joined_map import PAGE_BYTES, aligned, join
-from analyzer.source import open_bytes
+from analyzer.source import CaptureBytes, open_bytes
 
 SAMPLES = Path(__file__).parent.parent / "samples"
 
@@ -83,3 +83,42 @@ def test_joined_pieces_read_as_the_whole_file(tmp_path):
         text = [pl.col("src").cast(pl.String), pl.col("dst").cast(pl.String)]  # the joined capture's address
         # Enum is the pieces' sorted union, the file's is in order of appearance: the same addresses
         assert joined.frame("smb2_messages").with_columns(text).equals(one.frame("smb2_messages").with_columns(text))
+
+
+def _resident_kb(start: int, size: int) -> int:
+    """This process's resident KB of the mapping that holds ``start`` (/proc/self/smaps)."""
+    with open("/proc/self/smaps") as f:
+        lines = f.read().splitlines()
+    rss, inside = 0, False
+    for line in lines:
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            inside = lo < start + size and start < hi
+        elif inside and head == "Rss:":
+            rss += int(line.split()[1])
+    return rss
+
+
+def test_forgotten_pages_come_back_with_the_same_bytes_and_a_copy_is_never_touched(tmp_path):
+    """A partitioned scan's caller gives back its resident pages of the files (forget_pages): the
+    bytes read afterwards are the file's, one file mapped or several joined; bytes held in memory
+    instead (a copy: stdin, a piece that could not be mapped) stay as they were."""
+    paths = _files(tmp_path, [3 * PAGE_BYTES + 5, 40 * PAGE_BYTES])
+    whole = b"".join(p.read_bytes() for p in paths)
+    one = open_bytes(paths[1])
+    assert _resident_kb(one.buf.ctypes.data, one.buf.size) >= 40 * PAGE_BYTES // 1024  # MAP_POPULATE
+    one.forget_pages()
+    assert _resident_kb(one.buf.ctypes.data, one.buf.size) == 0
+    assert one.buf.tobytes() == paths[1].read_bytes()
+    one.close()
+    pieces = [open_bytes(p) for p in paths]
+    buf, bases = join(pieces)
+    joined = CaptureBytes("joined", buf, False, len(whole), mapped=True)
+    joined.forget_pages()
+    assert b"".join(buf[b:b + p.stat().st_size].tobytes() for b, p in zip(bases, paths)) == whole
+    copy = CaptureBytes("copy", np.frombuffer(bytearray(whole), np.uint8), False, len(whole))
+    copy.forget_pages()
+    assert copy.buf.tobytes() == whole
+    for p in pieces:
+        p.close()
