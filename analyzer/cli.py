@@ -280,6 +280,14 @@ def scan(files, detector_list, config_path, sets, start, end, hosts, ports, fmt,
     if workers and scheduler:
         raise click.UsageError("--workers and --scheduler exclude each other (a local cluster, or an existing one)")
     check_output_file("--output", output)
+    if workers or scheduler or (partitions or 1) > 1:
+        from .source import read_once  # lazy: NumPy, which --help does not load
+
+        streamed = [f for f in files if read_once(f)]
+        if streamed:
+            name = "standard input" if streamed[0] == "-" else streamed[0]
+            raise click.UsageError(f"{name} can be read only once, and --workers, --scheduler and --partitions "
+                                   f"read the files again in each partition: save it to a file first")
     return scan_captures(files, cfg, selection, fmt=fmt, output=output, separate=separate, quiet=quiet,
                          expand=expand, workers=workers, scheduler=scheduler, partitions=partitions)
 

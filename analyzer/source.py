@@ -253,6 +253,20 @@ def _open_source(path: str):
     return fileobj, path, stat.S_ISREG(mode)
 
 
+def read_once(path: str | os.PathLike) -> bool:
+    """Whether ``path`` can be read only once: standard input, a pipe, a FIFO, a process substitution
+    (what :func:`open_bytes` copies into a temporary file). A path that cannot be looked at is not
+    (opening it says what is wrong)."""
+    path = os.fspath(path)
+    if path == STDIN:
+        return True
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
 def open_bytes(path: str | os.PathLike) -> CaptureBytes:
     """Map ``path`` (``-`` for standard input; gzip is decompressed) and return its bytes.
 
