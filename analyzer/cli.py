@@ -267,7 +267,9 @@ def detector_options(command):
 @click.option("--partitions", type=click.IntRange(min=1), metavar="N",
               help="decode in N server partitions, one after the other (or, with --workers/--scheduler, on the "
                    "workers; default there 2 per worker): memory holds about the largest partition's decoding, "
-                   "not the whole capture's, and the files are read N more times; the findings are the same")
+                   "not the whole capture's, and the files are read N more times; the findings are the same. "
+                   "Default: 1 for a capture of fewer than 5M packets (estimated from a sample of its records), "
+                   "one per 2.5M packets (at most 16) for a larger one; --partitions 1 decodes it at once")
 def scan(files, detector_list, config_path, sets, start, end, hosts, ports, fmt, output, fail_on, separate, quiet,
          expand, workers, scheduler, partitions) -> int:
     from detectors.scan_command import scan as scan_captures  # lazy: the detectors load Polars and Numba

@@ -19,6 +19,7 @@ from analyzer.command import open_captures, writing
 from analyzer.errors import ExitCode, UnreadableCapture, fail
 from analyzer.partitions import CONNECTION_FRAMES, PARTITION_COLUMNS
 from analyzer.progress import stage
+from analyzer.record_estimate import automatic_partitions, estimated_packets
 from analyzer.render import console as make_console
 from analyzer.selection import SELECTION_COLUMNS
 from analyzer.selection import apply as select
@@ -73,7 +74,17 @@ def scan(files, cfg: ScanConfig, selection, *, fmt: str, output: str | None, sep
 def _scan_group(group, cfg: ScanConfig, selection, client, local: bool, expand: bool, results, frames, code,
                 partitions: int | None = None):
     """One capture of a scan: its report and findings appended to ``results`` and ``frames``; the exit
-    code so far, updated."""
+    code so far, updated. Without a client or ``partitions``, a capture estimated large enough is
+    decoded in partitions in this process (``analyzer.record_estimate.automatic_partitions``)."""
+    if client is None and partitions is None:
+        packets = estimated_packets(group)
+        partitions = automatic_partitions(packets)
+        if partitions > 1:
+            from analyzer.distributed import InProcess  # lazy: as in scan()
+
+            client = InProcess()
+            stage(f"decode in {partitions} partitions (a capture of about {packets:,} packets; --partitions 1 "
+                  f"decodes it at once)")
     try:
         cap = open_captures(group, packet_columns=CALLER_PACKET_COLUMNS if client else None)
     except UnreadableCapture as exc:
