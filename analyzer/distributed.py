@@ -40,10 +40,11 @@ from .partitions import (FrameSet, client_buckets, connection_maps, decode_parti
 
 INSTALL_HINT = "pip install 'herdscope[distributed]' (Dask's distributed scheduler)"
 # partitions per worker thread: a capture's servers are far from equal (on the 1M synth capture one
-# server has 27% of the packets, and 2 partitions split it 75/25), so with more partitions than threads
-# Dask hands the next one to whichever worker is free, and each is smaller; but each partition walks
-# every record of the files again. On the 10M synth capture, 2 workers: 2 partitions 46.6 s and 3.6 GB
-# in the largest worker, 4 partitions 44.6 s and 2.2 GB, 8 partitions 66.5 s and 2.2 GB.
+# server has 27% of the packets: dealt largest first, 2 partitions split it 50/50 and 4 at best 27/25/24/25),
+# so with more partitions than threads Dask hands the next one to whichever worker is free, and each is
+# smaller; but each partition walks every record of the files again. On the 10M synth capture, 2 workers
+# (measured with servers hashed to partitions, before they were dealt largest first): 2 partitions 46.6 s
+# and 3.6 GB in the largest worker, 4 partitions 44.6 s and 2.2 GB, 8 partitions 66.5 s and 2.2 GB.
 PARTITIONS_PER_THREAD = 2
 # what a local worker's own thread pools are held to: one Dask thread, one core
 WORKER_ENV = {"POLARS_MAX_THREADS": "1", "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
