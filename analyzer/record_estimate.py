@@ -55,16 +55,12 @@ def estimated_records(path: str | os.PathLike) -> int | None:
             fmt = detect(fh.read(PCAP_FILE_HEADER_LEN))
             if fmt is None:
                 return None
-            if fmt.kind == "pcapng":
-                record = _PcapngBlocks(fmt.big_endian)
-                first, align = 0, _PCAPNG_ALIGN
-            else:
-                record = _PcapRecords(fmt.big_endian, fmt.record_header_len, fmt.snaplen, fmt.nanosecond)
-                first, align = PCAP_FILE_HEADER_LEN, 1
+            record = (_PcapngBlocks(fmt.big_endian) if fmt.kind == "pcapng" else
+                      _PcapRecords(fmt.big_endian, fmt.record_header_len, fmt.snaplen, fmt.nanosecond))
             records = sampled = 0
             windows = SAMPLE_WINDOWS if size > SAMPLE_WINDOWS * SAMPLE_WINDOW_BYTES else 1
             for k in range(windows):
-                fh.seek(first + (size - first) * k // windows // align * align)
+                fh.seek(record.first + (size - record.first) * k // windows // record.align * record.align)
                 window = fh.read(SAMPLE_WINDOW_BYTES if windows > 1 else size)  # a small file: all of it
                 n, nbytes = _walk(window, 0 if k == 0 else _resync(window, record), record)
                 records += n
@@ -73,13 +69,16 @@ def estimated_records(path: str | os.PathLike) -> int | None:
         return None
     if not records:
         return None
-    return math.ceil((size - first) * records / sampled)
+    return math.ceil((size - record.first) * records / sampled)
 
 
 class _PcapRecords:
     """Classic pcap record headers: the length of the record at an offset of a window, or None where
     no plausible record starts (its lengths beyond the snap length, or the captured beyond the wire
-    length; the fraction of a second out of range)."""
+    length; the fraction of a second out of range). Every record holds a packet."""
+
+    first = PCAP_FILE_HEADER_LEN  # the file offset of the first record
+    align = 1  # records start at any byte
 
     def __init__(self, big_endian: bool, header_len: int, snaplen: int, nanosecond: bool):
         self.order, self.header_len = (">" if big_endian else "<"), header_len
@@ -94,10 +93,16 @@ class _PcapRecords:
             return None
         return self.header_len + caplen
 
+    def packet(self, window: bytes, at: int) -> bool:
+        return True
+
 
 class _PcapngBlocks:
     """pcapng blocks: the length of the block at an offset of a window when its trailing length
     repeats it (RFC-draft pcapng §3.1), else None; ``packet`` says whether it holds a packet."""
+
+    first = 0  # the Section Header Block is a block like the others
+    align = _PCAPNG_ALIGN
 
     def __init__(self, big_endian: bool):
         self.order = ">" if big_endian else "<"
@@ -117,8 +122,7 @@ class _PcapngBlocks:
 def _resync(window: bytes, record) -> int | None:
     """The first offset of a window (read from an arbitrary point of the file) where
     :data:`RESYNC_CHAIN` plausible records follow one another, or None."""
-    step_bytes = _PCAPNG_ALIGN if isinstance(record, _PcapngBlocks) else 1  # windows of pcapng start aligned
-    for at in range(0, min(len(window), SAMPLE_WINDOW_BYTES // 2), step_bytes):
+    for at in range(0, min(len(window), SAMPLE_WINDOW_BYTES // 2), record.align):  # windows start aligned
         end = at
         for _ in range(RESYNC_CHAIN):
             step = record.length(window, end)
@@ -136,7 +140,7 @@ def _walk(window: bytes, at: int | None, record) -> tuple[int, int]:
         return 0, 0
     packets, start = 0, at
     while (step := record.length(window, at)) is not None:
-        packets += record.packet(window, at) if isinstance(record, _PcapngBlocks) else 1
+        packets += record.packet(window, at)
         at += step
     return packets, at - start
 

@@ -59,10 +59,6 @@ def scan(files, cfg: ScanConfig, selection, *, fmt: str, output: str | None, sep
             from analyzer import distributed  # lazy: only these options import Dask
 
             client = stack.enter_context(distributed.cluster(workers, scheduler))
-        elif partitions and partitions > 1:
-            from analyzer.distributed import InProcess  # lazy: as above (Dask itself is not imported)
-
-            client = InProcess()
         for group in groups:
             code = _scan_group(group, cfg, selection, client, scheduler is None, expand, results, frames, code,
                                partitions)
@@ -74,17 +70,20 @@ def scan(files, cfg: ScanConfig, selection, *, fmt: str, output: str | None, sep
 def _scan_group(group, cfg: ScanConfig, selection, client, local: bool, expand: bool, results, frames, code,
                 partitions: int | None = None):
     """One capture of a scan: its report and findings appended to ``results`` and ``frames``; the exit
-    code so far, updated. Without a client or ``partitions``, a capture estimated large enough is
-    decoded in partitions in this process (``analyzer.record_estimate.automatic_partitions``)."""
-    if client is None and partitions is None:
-        packets = estimated_packets(group)
-        partitions = automatic_partitions(packets)
+    code so far, updated. Without a cluster, more than one of ``partitions`` are decoded one after the
+    other in this process; without ``partitions`` either, as many as the capture's estimated size
+    asks (``analyzer.record_estimate.automatic_partitions``)."""
+    if client is None:
+        if partitions is None:
+            packets = estimated_packets(group)
+            partitions = automatic_partitions(packets)
+            if partitions > 1:
+                stage(f"decode in {partitions} partitions (a capture of about {packets:,} packets; --partitions 1 "
+                      f"decodes it at once)")
         if partitions > 1:
-            from analyzer.distributed import InProcess  # lazy: as in scan()
+            from analyzer.distributed import InProcess  # lazy: Dask itself is not imported
 
             client = InProcess()
-            stage(f"decode in {partitions} partitions (a capture of about {packets:,} packets; --partitions 1 "
-                  f"decodes it at once)")
     try:
         cap = open_captures(group, packet_columns=CALLER_PACKET_COLUMNS if client else None)
     except UnreadableCapture as exc:

@@ -362,12 +362,12 @@ def stage_scan_at_once(ctx: Ctx) -> Result:
     the whole capture decoded at once, the memory it takes and the time the partitions cost. Its
     report must be the default scan's, byte for byte."""
     name = "scan, at once"
-    found, default = _herdscope_cmd(), ctx.result("herdscope scan")
+    found = _herdscope_cmd()
     if found is None:
         return Result(name, status="unavailable", note="no herdscope command")
     if _default_partitions(ctx) == 1:
         return Result(name, status="unavailable", note="the default scan of this capture decodes it at once")
-    return _compared_scan(ctx, name, ["--partitions", "1"], default, "the default scan's")
+    return _compared_scan(ctx, found, name, ["--partitions", "1"])
 
 
 IN_PROCESS_PARTITIONS = 8  # `scan --partitions` of the capture: server partitions decoded one after the other
@@ -379,15 +379,17 @@ def stage_scan_partitions(ctx: Ctx) -> Result:
     reading only its packets; less memory at the cost of reading the file 8 more times. Its report
     must be the default scan's, byte for byte."""
     name = f"scan, {IN_PROCESS_PARTITIONS} partitions in process"
-    if _herdscope_cmd() is None:
+    found = _herdscope_cmd()
+    if found is None:
         return Result(name, status="unavailable", note="no herdscope command")
-    return _compared_scan(ctx, name, ["--partitions", str(IN_PROCESS_PARTITIONS)], ctx.result("herdscope scan"),
-                          "the default scan's")
+    return _compared_scan(ctx, found, name, ["--partitions", str(IN_PROCESS_PARTITIONS)])
 
 
-def _compared_scan(ctx: Ctx, name: str, options: list[str], other: Result | None, whose: str) -> Result:
-    """A `scan` of the capture with ``options``, its report compared byte for byte with ``other``'s."""
-    cmd, how = _herdscope_cmd()
+def _compared_scan(ctx: Ctx, found: tuple, name: str, options: list[str]) -> Result:
+    """A `scan` of the capture with ``options`` (``found``: the herdscope command), its report compared
+    byte for byte with the default scan's."""
+    cmd, how = found
+    other = ctx.result("herdscope scan")
     with tempfile.TemporaryDirectory(dir=ctx.args.cache_dir, prefix="scan-") as out:
         report = Path(out) / "findings.json"
         wall, rss, proc, anon = run_timed([*cmd, "scan", str(ctx.path), *options, "--format", "json", "--output",
@@ -398,7 +400,7 @@ def _compared_scan(ctx: Ctx, name: str, options: list[str], other: Result | None
     res = Result(name, wall, ctx.packets, rss, peak_anon_kb=anon, note=how + _anon_note(anon, other))
     if other is not None and other.extra.get("report_sha256"):
         same = hashlib.sha256(text.encode()).hexdigest() == other.extra["report_sha256"]
-        res.note += f"; report identical to {whose}" if same else f"; REPORT DIFFERS from {whose}"
+        res.note += "; report identical to the default scan's" if same else "; REPORT DIFFERS from the default scan's"
         res.status = "ok" if same else "failed"
     return res
 
