@@ -79,23 +79,41 @@ def cli() -> None:
     pass
 
 
+# the default of --partitions (analyzer.record_estimate.automatic_partitions; tests/test_record_estimate.py
+# checks the figures against its constants)
+DEFAULT_PARTITIONS_HELP = ("Default: 1 for a capture of fewer than 5M packets (estimated from a sample of its "
+                           "records), one per 2.5M packets (at most 16) for a larger one; --partitions 1 decodes "
+                           "it at once")
+
+
+def partitions_option(what_is_the_same: str):
+    """--partitions of a command that decodes in server partitions in this process (info, stats)."""
+    return click.option("--partitions", type=click.IntRange(min=1), metavar="N",
+                        help=f"decode in N server partitions, one after the other: memory holds about the largest "
+                             f"partition's decoding, not the whole capture's, and the files are read N more times; "
+                             f"{what_is_the_same} the same. {DEFAULT_PARTITIONS_HELP}")
+
+
 @cli.command(help=f"Summarise captures like capinfos: format, link types, packets, times, "
                   f"protocols, damage.\n\n{exit_codes_help()}")
 @click.argument("files", nargs=-1, required=True, type=CAPTURE_PATH)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="json: one object per file, one per line (the README lists its keys)")
-def info(files: tuple[str, ...], fmt: str) -> int:
+@partitions_option("the summary is")
+def info(files: tuple[str, ...], fmt: str, partitions: int | None) -> int:
     from .render import print_summary  # lazy: loads rich, and the summary Polars (not for --help)
-    from .summary import summarize  # lazy: loads Polars
+    from .summary import PARTITIONED_PACKET_COLUMNS, summarize_in_partitions  # lazy: loads Polars
 
-    def show(path, cap):
-        summary = summarize(cap)
+    refuse_rereading(files, partitions)
+
+    def show(path, cap, count):
+        summary = summarize_in_partitions(cap, count)
         if fmt == "json":
             click.echo(json.dumps(summary, sort_keys=False))
         else:
             print_summary(summary)
 
-    return each_capture(files, show)
+    return each_capture(files, show, partitions=partitions, packet_columns=PARTITIONED_PACKET_COLUMNS)
 
 
 @cli.command(help=f"Write the frames of a capture as Parquet files, one per frame, plus "
@@ -171,6 +189,21 @@ def selection_options(command):
     return command
 
 
+def refuse_rereading(files, partitions: int | None, *, cluster: bool = False) -> None:
+    """A usage error when a file can be read only once (standard input, a FIFO) and the options read
+    the files again in each partition."""
+    if not cluster and (partitions or 1) <= 1:
+        return
+    from .source import read_once  # lazy: NumPy, which --help does not load
+
+    streamed = [f for f in files if read_once(f)]
+    if streamed:
+        name = "standard input" if streamed[0] == "-" else streamed[0]
+        options = "--workers, --scheduler and --partitions" if cluster else "--partitions"
+        raise click.UsageError(f"{name} can be read only once, and {options} read the files again in each "
+                               f"partition: save it to a file first")
+
+
 def parse_selection(start, end, hosts, ports):
     from .selection import Selection, SelectionError  # lazy: only commands that select load it
 
@@ -190,19 +223,23 @@ def parse_selection(start, end, hosts, ports):
                    "errors, min, p50, p90, p99, max, mean (latencies in ns); csv: the same columns after a "
                    "file column, one header line")
 @selection_options
-def stats(files: tuple[str, ...], fmt: str, by: str | None, start, end, hosts, ports) -> int:
+@partitions_option("the response times are")
+def stats(files: tuple[str, ...], fmt: str, by: str | None, start, end, hosts, ports, partitions) -> int:
     from .selection import apply as select  # lazy: loads Polars (not for --help)
     from .stats import (  # lazy: loads the decoders and Polars (not for --help)
-        csv_text, no_transactions_message, records, render_table, service_response_times)
+        PARTITIONED_PACKET_COLUMNS, csv_text, decode_in_partitions, no_transactions_message, records, render_table,
+        service_response_times)
 
     header = [True]
     selection = parse_selection(start, end, hosts, ports)
+    refuse_rereading(files, partitions)
 
-    def show(path, cap):
+    def show(path, cap, count):
         select(cap, selection)
         if cap.selection and fmt == "table":
             fail(f"{path}: selected {cap.selection['packets_selected']:,} of "
                   f"{cap.selection['packets_total']:,} packets")
+        decode_in_partitions(cap, count)
         table = service_response_times(cap, by)
         if table.height == 0:
             fail(no_transactions_message(path, cap))
@@ -215,7 +252,7 @@ def stats(files: tuple[str, ...], fmt: str, by: str | None, start, end, hosts, p
         elif table.height:
             render_table(table, f"Service response times{' by ' + by if by else ''}: {path}")
 
-    return each_capture(files, show)
+    return each_capture(files, show, partitions=partitions, packet_columns=PARTITIONED_PACKET_COLUMNS)
 
 
 # detectors.base.SEVERITIES, written out so that --help loads no detector (tests/test_layers.py checks both agree)
@@ -267,9 +304,8 @@ def detector_options(command):
 @click.option("--partitions", type=click.IntRange(min=1), metavar="N",
               help="decode in N server partitions, one after the other (or, with --workers/--scheduler, on the "
                    "workers; default there 2 per worker): memory holds about the largest partition's decoding, "
-                   "not the whole capture's, and the files are read N more times; the findings are the same. "
-                   "Default: 1 for a capture of fewer than 5M packets (estimated from a sample of its records), "
-                   "one per 2.5M packets (at most 16) for a larger one; --partitions 1 decodes it at once")
+                   f"not the whole capture's, and the files are read N more times; the findings are the same. "
+                   f"{DEFAULT_PARTITIONS_HELP}")
 def scan(files, detector_list, config_path, sets, start, end, hosts, ports, fmt, output, fail_on, separate, quiet,
          expand, workers, scheduler, partitions) -> int:
     from detectors.scan_command import scan as scan_captures  # lazy: the detectors load Polars and Numba
@@ -282,14 +318,7 @@ def scan(files, detector_list, config_path, sets, start, end, hosts, ports, fmt,
     if workers and scheduler:
         raise click.UsageError("--workers and --scheduler exclude each other (a local cluster, or an existing one)")
     check_output_file("--output", output)
-    if workers or scheduler or (partitions or 1) > 1:
-        from .source import read_once  # lazy: NumPy, which --help does not load
-
-        streamed = [f for f in files if read_once(f)]
-        if streamed:
-            name = "standard input" if streamed[0] == "-" else streamed[0]
-            raise click.UsageError(f"{name} can be read only once, and --workers, --scheduler and --partitions "
-                                   f"read the files again in each partition: save it to a file first")
+    refuse_rereading(files, partitions, cluster=bool(workers or scheduler))
     return scan_captures(files, cfg, selection, fmt=fmt, output=output, separate=separate, quiet=quiet,
                          expand=expand, workers=workers, scheduler=scheduler, partitions=partitions)
 

@@ -1,5 +1,6 @@
-"""How many records a capture holds, estimated before it is read: what ``scan`` decides by whether to
-decode in partitions (``analyzer.distributed``, issue 13) when no ``--partitions`` says.
+"""How many records a capture holds, estimated before it is read: what ``scan``, ``stats`` and ``info``
+decide by whether to decode in partitions (``analyzer.distributed``, issue 13) when no ``--partitions``
+says (:func:`partitions_for`).
 
 A scan's memory grows with the packets, not the bytes (about 500 B of decoded frames per packet,
 whatever its length), and pcap and pcapng do not say how many records they hold. So the records are
@@ -20,6 +21,7 @@ import os
 import struct
 
 from .formats import PCAP_FILE_HEADER_LEN, detect
+from .progress import stage
 from .source import STDIN
 
 SAMPLE_WINDOWS = 16  # places of the file sampled, evenly spaced from its start
@@ -157,3 +159,17 @@ def automatic_partitions(packets: int | None) -> int:
     if packets is None or packets < AUTO_MIN_PACKETS:
         return 1
     return min(AUTO_MAX_PARTITIONS, math.ceil(packets / PARTITION_PACKETS))
+
+
+def partitions_for(paths: list[str], requested: int | None) -> int:
+    """The partitions a command (scan, stats, info) decodes the capture of ``paths`` in: ``requested``
+    (``--partitions``), or as many as its estimated size asks (:func:`automatic_partitions`), which
+    the stage line then says."""
+    if requested is not None:
+        return requested
+    packets = estimated_packets(paths)
+    count = automatic_partitions(packets)
+    if count > 1:
+        stage(f"decode in {count} partitions (a capture of about {packets:,} packets; --partitions 1 "
+              f"decodes it at once)")
+    return count

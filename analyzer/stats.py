@@ -30,9 +30,12 @@ from __future__ import annotations
 
 import polars as pl
 
+from .capture import COPY_COLUMNS
 from .decoders import dns, registry
 from .decoders.common import COMMON_NAMES
 from .durations import fmt_ns
+from .partitions import PARTITION_COLUMNS
+from .selection import SELECTION_COLUMNS
 LEGS = ("client_to_resolver", "resolver_to_upstream", "direct")
 BY_CHOICES = ("server", "client")
 KEY_COLUMNS = ("protocol", "operation", "leg", "server", "client")
@@ -43,6 +46,10 @@ DNS_PORT = 53  # RFC 1035 §4.2
 # queries a secondary authoritative server sends its primary (RFC 1034 §4.3.5 refresh, RFC 5936, RFC 1995):
 # no evidence of a resolver
 ZONE_QTYPES = ("SOA", "AXFR", "IXFR")
+# what stats of a capture decoded in partitions reads of its packets: the selection's, the partitioning's
+# and the joining of pieces' columns (decode_in_partitions)
+PARTITIONED_PACKET_COLUMNS = tuple(dict.fromkeys(PARTITION_COLUMNS + SELECTION_COLUMNS + COPY_COLUMNS))
+SMB2_EXTRA_FRAMES = ("smb2_transactions", "smb2_breaks")  # what _smb2_extra_rows reads
 _SCHEMA = {c: pl.String for c in KEY_COLUMNS} | {c: pl.UInt32 for c in ("count", "answered", "unanswered", "errors")} \
     | {c: pl.Int64 for c in LATENCY_COLUMNS} | {"mean": pl.Float64}
 
@@ -182,6 +189,26 @@ def _smb2_extra_rows(cap, keys: list[str]) -> list[pl.DataFrame]:
                     pl.lit(None, pl.UInt8).alias("leg"), pl.col(lat).is_not_null().alias("_acked")),
                 keys, lat, "_acked", pl.lit(False)))
     return parts
+
+
+def response_time_frames(cap) -> list[str]:
+    """The frames :func:`service_response_times` reads: every protocol's transactions, SMB2's breaks."""
+    names = set(cap.frame_names())
+    found = [p.transactions for p in registry.protocols() if p.transactions and p.transactions in names]
+    return list(dict.fromkeys(found + [n for n in SMB2_EXTRA_FRAMES if n in names]))
+
+
+def decode_in_partitions(cap, partitions: int) -> None:
+    """Build the frames of :func:`response_time_frames` in ``partitions`` server partitions one after the
+    other (``herdscope stats --partitions``, or a capture large enough: ``analyzer.record_estimate``),
+    ``cap`` opened reading :data:`PARTITIONED_PACKET_COLUMNS` of its packets and its selection applied:
+    memory holds one partition's decoding at a time and the merged transactions, and the response
+    times are the same (tests/test_partitioned_commands.py). Nothing is done for one partition."""
+    if partitions <= 1:
+        return
+    from .distributed import decode_into  # lazy: the partitions' tasks, only for partitioned stats
+
+    decode_into(None, cap, response_time_frames(cap), packet_columns=("frame",), partitions=partitions)
 
 
 def service_response_times(cap, by: str | None = None) -> pl.DataFrame:

@@ -29,12 +29,13 @@ import datetime as dt
 
 import polars as pl
 
-from .capture import Capture
+from .capture import COPY_COLUMNS, Capture
 from .decoders import registry
 from .tcp import analysis as an
 from .kernels import records as rk
 from . import mac_control  # noqa: F401 - registers pause_frames (schema and builder)
 from .kernels.headers import ETH_MAC_CONTROL
+from .partitions import PARTITION_COLUMNS
 from .schema import FRAMES
 from .resolution import capture_tick
 
@@ -100,26 +101,52 @@ def protocols(packets: pl.DataFrame) -> dict[str, dict[str, int]]:
     return out
 
 
-def tcp_totals(cap: Capture) -> dict:
-    """TCP connections by Zeek state, analysis flag counts and the handshake RTT distribution."""
-    conns = cap.frame("connections")
+# segments with each analysis flag, as tcp_totals reports them
+_SEGMENT_FLAGS = {
+    "retransmissions": an.ANY_RETRANSMISSION,
+    "fast_retransmissions": an.FAST_RETRANSMISSION,
+    "spurious_retransmissions": an.SPURIOUS_RETRANSMISSION | an.SACKED_RETRANSMISSION,
+    "zero_windows": an.ZERO_WINDOW,
+    "duplicate_acks": an.DUPLICATE_ACK,
+    "lost_segments": an.LOST_SEGMENT,
+}
+# what summarize reads of the packets frame (a summary of a capture decoded in partitions keeps these alone)
+SUMMARY_PACKET_COLUMNS = ("ts_ns", "iface", "caplen", "wirelen", "ip_proto", "sport", "dport", "ethertype")
+# what a summary of a capture decoded in partitions reads of its packets at all: the columns above and
+# those the partitioning and the joining of a ring buffer's pieces read (summarize_in_partitions)
+PARTITIONED_PACKET_COLUMNS = tuple(dict.fromkeys(SUMMARY_PACKET_COLUMNS + PARTITION_COLUMNS + COPY_COLUMNS))
+
+
+def counted_parts(cap: Capture, whole_times=None) -> dict[str, pl.DataFrame]:
+    """What :func:`summarize` adds up over a capture's partitions (or reads of a capture decoded at
+    once): ``segment_counts`` (:func:`segment_counts`) and ``damage_rows`` (:func:`damaged_rows`). The
+    ``then`` of a partition (``analyzer.distributed.decode_frames``, which also hands it the whole
+    capture's packet times, ``whole_times``: nothing here is a rate, so they are not read)."""
+    return {"segment_counts": segment_counts(cap), "damage_rows": damaged_rows(cap)}
+
+
+def segment_counts(cap: Capture) -> pl.DataFrame:
+    """One row: the TCP segments of ``cap``, and those with each analysis flag tcp_totals counts."""
     seg = cap.frame("tcp_segments")
+    analysis = seg.get_column("analysis")
+    counts = {"segments": seg.height, **{name: int(((analysis & bits) != 0).sum()) if seg.height else 0
+                                         for name, bits in _SEGMENT_FLAGS.items()}}
+    return pl.DataFrame([counts], schema={k: pl.Int64 for k in counts})
 
-    def count(bits):
-        return int(((seg["analysis"] & bits) != 0).sum()) if seg.height else 0
 
+def tcp_totals(cap: Capture, segments: pl.DataFrame | None = None) -> dict:
+    """TCP connections by Zeek state, analysis flag counts (``segments``: rows of
+    :func:`segment_counts`, summed; by default counted on ``cap``) and the handshake RTT distribution."""
+    conns = cap.frame("connections")
+    rows = segment_counts(cap) if segments is None else segments
+    counts = {name: int(rows[name].sum()) for name in rows.columns}
     rtt = conns["handshake_rtt_ns"].drop_nulls() if conns.height else conns.get_column("conn")
+    states = conns.group_by("conn_state").len().sort(["len", "conn_state"], descending=[True, False])
     return {
         "connections": conns.height,
-        "states": dict(conns.group_by("conn_state").len().sort("len", descending=True).iter_rows())
-        if conns.height else {},
-        "segments": seg.height,
-        "retransmissions": count(an.ANY_RETRANSMISSION),
-        "fast_retransmissions": count(an.FAST_RETRANSMISSION),
-        "spurious_retransmissions": count(an.SPURIOUS_RETRANSMISSION | an.SACKED_RETRANSMISSION),
-        "zero_windows": count(an.ZERO_WINDOW),
-        "duplicate_acks": count(an.DUPLICATE_ACK),
-        "lost_segments": count(an.LOST_SEGMENT),
+        "states": dict(states.iter_rows()) if conns.height else {},
+        "segments": counts["segments"],
+        **{name: counts[name] for name in _SEGMENT_FLAGS},
         "handshake_rtt_ns": {
             "n": len(rtt),
             "median": int(rtt.median()) if len(rtt) else None,
@@ -143,10 +170,11 @@ def _damage_status(frame: str) -> bool:
     return status is not None and isinstance(status.polars, pl.Enum) and status.polars.categories[0] == "ok"
 
 
-def decode_damage(cap: Capture) -> dict[str, dict[str, int]]:
-    """``{frame: {status: rows}}``: the damaged messages the decoders kept as rows with a ``status``
-    other than "ok" (rocev2_packets: truncated, bad_length; pause_frames: truncated) instead of dropping
-    them. Only frames whose schema has such a status are built, and only when the capture carries their
+def damaged_rows(cap: Capture) -> pl.DataFrame:
+    """(frame, status, rows, order): the damaged messages the decoders kept as rows with a ``status``
+    other than "ok" (rocev2_packets: truncated, bad_length; pause_frames: truncated) instead of
+    dropping them; ``order`` puts the frames and each one's statuses in :func:`decode_damage`'s order.
+    Only frames whose schema has such a status are built, and only when the capture carries their
     traffic (a protocol's ports, EtherType 0x8808): a DNS capture decodes nothing more here."""
     p = cap.packets
     carried = {"pause_frames": pl.col("ethertype") == ETH_MAC_CONTROL}
@@ -154,18 +182,34 @@ def decode_damage(cap: Capture) -> dict[str, dict[str, int]]:
         if proto.ports:
             on_ports = pl.col("sport").is_in(list(proto.ports)) | pl.col("dport").is_in(list(proto.ports))
             carried.update({f: on_ports for f in proto.frames})
-    out: dict[str, dict[str, int]] = {}
-    for name, carries in carried.items():
+    rows = [pl.DataFrame(schema=_DAMAGE_SCHEMA)]
+    for k, (name, carries) in enumerate(carried.items()):
         if not _damage_status(name) or p.height == 0 or p.filter(carries).height == 0:
             continue
-        bad = (cap.frame(name).filter(pl.col("status").cast(pl.String) != "ok")
-               .group_by("status").len().sort("status"))
-        if bad.height:
-            out[name] = {str(status): int(n) for status, n in bad.iter_rows()}
+        bad = cap.frame(name).filter(pl.col("status").cast(pl.String) != "ok").group_by("status").len()
+        rows.append(bad.select(pl.lit(name).alias("frame"), pl.col("status").cast(pl.String),
+                               pl.col("len").alias("rows"),
+                               (pl.lit(k) * 256 + pl.col("status").to_physical()).alias("order")).cast(_DAMAGE_SCHEMA))
+    return pl.concat(rows)
+
+
+_DAMAGE_SCHEMA = {"frame": pl.String, "status": pl.String, "rows": pl.Int64, "order": pl.Int64}
+
+
+def decode_damage(damage_rows: pl.DataFrame) -> dict[str, dict[str, int]]:
+    """``{frame: {status: rows}}`` of :func:`damaged_rows`' rows (of a capture, or of its partitions)."""
+    summed = damage_rows.group_by("frame", "status", "order").agg(pl.col("rows").sum()).sort("order")
+    out: dict[str, dict[str, int]] = {}
+    for frame, status, _, n in summed.iter_rows():
+        out.setdefault(frame, {})[status] = int(n)
     return out
 
 
-def summarize(cap: Capture) -> dict:
+def summarize(cap: Capture, counted: dict[str, pl.DataFrame] | None = None) -> dict:
+    """The summary of ``cap`` (module doc). ``counted``: its partitions' :func:`counted_parts`,
+    concatenated, when it was decoded in partitions (``analyzer.distributed.decode_into``, which set
+    its ``connections``); by default they are counted on ``cap`` itself."""
+    counted = counted_parts(cap) if counted is None else counted
     p = cap.packets
     report = cap.report
     ifaces = cap.frame("interfaces")
@@ -215,6 +259,20 @@ def summarize(cap: Capture) -> dict:
             "reason": report.damage,
             "offset": report.stop_offset, "bytes_not_read": report.bytes_not_read},
         "events": events,
-        "tcp": tcp_totals(cap),
-        "decode_damage": decode_damage(cap),
+        "tcp": tcp_totals(cap, counted["segment_counts"]),
+        "decode_damage": decode_damage(counted["damage_rows"]),
     }
+
+
+def summarize_in_partitions(cap: Capture, partitions: int) -> dict:
+    """:func:`summarize` of ``cap`` decoded in ``partitions`` server partitions one after the other
+    (``herdscope info --partitions``, or a capture large enough: ``analyzer.record_estimate``), ``cap``
+    opened reading :data:`PARTITIONED_PACKET_COLUMNS` of its packets: memory holds one partition's
+    TCP analysis and decoding at a time, and the summary is the same (tests/test_partitioned_commands.py)."""
+    if partitions <= 1:
+        return summarize(cap)
+    from .distributed import decode_into  # lazy: the partitions' tasks, only for a partitioned summary
+
+    counted = decode_into(None, cap, ["connections"], then=counted_parts, packet_columns=SUMMARY_PACKET_COLUMNS,
+                          partitions=partitions)
+    return summarize(cap, counted)

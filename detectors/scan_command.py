@@ -19,7 +19,7 @@ from analyzer.command import open_captures, writing
 from analyzer.errors import ExitCode, UnreadableCapture, fail
 from analyzer.partitions import CONNECTION_FRAMES, PARTITION_COLUMNS
 from analyzer.progress import stage
-from analyzer.record_estimate import automatic_partitions, estimated_packets
+from analyzer.record_estimate import partitions_for
 from analyzer.render import console as make_console
 from analyzer.selection import SELECTION_COLUMNS
 from analyzer.selection import apply as select
@@ -74,12 +74,7 @@ def _scan_group(group, cfg: ScanConfig, selection, client, local: bool, expand: 
     other in this process; without ``partitions`` either, as many as the capture's estimated size
     asks (``analyzer.record_estimate.automatic_partitions``)."""
     if client is None:
-        if partitions is None:
-            packets = estimated_packets(group)
-            partitions = automatic_partitions(packets)
-            if partitions > 1:
-                stage(f"decode in {partitions} partitions (a capture of about {packets:,} packets; --partitions 1 "
-                      f"decodes it at once)")
+        partitions = partitions_for(group, partitions)
         if partitions > 1:
             from analyzer.distributed import InProcess  # lazy: Dask itself is not imported
 
@@ -135,12 +130,9 @@ def decode_on_cluster(client, cap, cfg: ScanConfig, *, local: bool, partitions: 
     bucketed = tuple(dict.fromkeys(["connections", *(n for n in required_frames(by_client) if n in CONNECTION_FRAMES)]))
     shared = {"frames": {"interfaces": cap.frame("interfaces")}, "path": cap.path, "files": cap.files,
               "pieces": cap.pieces, "warnings": cap.warnings}
-    frames, found = distributed.decode_frames(client, cap, shipped, local=local, then=then, client_frames=bucketed,
-                                              client_then=bucket_then, shared=shared, packet_columns=KEPT_PACKET_COLUMNS,
-                                              partitions=partitions)
-    for name, frame in frames.items():
-        cap.set_frame(name, frame)
-    return found
+    return distributed.decode_into(client, cap, shipped, local=local, then=then, client_frames=bucketed,
+                                   client_then=bucket_then, shared=shared, packet_columns=KEPT_PACKET_COLUMNS,
+                                   partitions=partitions)
 
 
 def run_detectors(cap, cfg: ScanConfig, *, release: bool, found_elsewhere=None) -> pl.DataFrame:

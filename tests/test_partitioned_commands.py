@@ -1,0 +1,87 @@
+"""``info`` and ``stats`` of a capture decoded in server partitions say what they say of it decoded at
+once (issue 13: scan, stats and info of a capture of any size in bounded memory).
+
+Both decode in partitions one after the other in this process (``analyzer.distributed.decode_into``):
+``stats`` merges the partitions' transaction frames, ``info`` their connections and the counts it adds
+up (``analyzer.summary.counted_parts``). Every sample and the synthetic capture are compared whole, key
+for key, with ``--partitions 1``; and a capture estimated as large is partitioned without being asked.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from analyzer import cli, distributed, record_estimate
+
+SAMPLES = Path(__file__).parent.parent / "samples"
+CAPTURES = sorted(p.name for p in SAMPLES.iterdir() if p.suffix in (".pcap", ".pcapng"))
+
+
+def _json_lines(capsys, *args) -> tuple[int, list[dict]]:
+    capsys.readouterr()
+    code = cli.main([*args, "--format", "json"])
+    return code, [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+@pytest.mark.parametrize("command", ["info", "stats"])
+@pytest.mark.parametrize("name", CAPTURES)
+def test_a_sample_in_partitions_says_what_it_says_decoded_at_once(capsys, command, name):
+    path = str(SAMPLES / name)
+    code, whole = _json_lines(capsys, command, "--partitions", "1", path)
+    code3, parts = _json_lines(capsys, command, "--partitions", "3", path)
+    assert code3 == code and parts == whole
+
+
+def _count_tasks(monkeypatch) -> list:
+    tasks = []
+    submit = distributed.InProcess.submit
+    monkeypatch.setattr(distributed.InProcess, "submit",
+                        lambda self, fn, *a, **k: (tasks.append(fn), submit(self, fn, *a, **k))[1])
+    return tasks
+
+
+@pytest.mark.parametrize("command", ["info", "stats"])
+def test_the_synthetic_capture_in_partitions_is_summarised_as_at_once(capsys, monkeypatch, synthetic_capture, command):
+    """200k packets of every protocol, with damage and TCP analysis flags to add up across partitions."""
+    code, whole = _json_lines(capsys, command, "--partitions", "1", str(synthetic_capture))
+    tasks = _count_tasks(monkeypatch)
+    code4, parts = _json_lines(capsys, command, "--partitions", "4", str(synthetic_capture))
+    assert tasks.count(distributed.decode_partition_task) == 4
+    assert code4 == code == 0 and parts == whole
+    if command == "info":
+        tcp = whole[0]["tcp"]
+        assert tcp["connections"] > 100 and tcp["retransmissions"] > 0 and tcp["handshake_rtt_ns"]["n"] > 100
+    else:
+        assert {row["protocol"] for row in whole[0]["stats"]} >= {"dns", "kerberos", "ldap", "smb2"}
+
+
+@pytest.mark.parametrize("command", ["info", "stats"])
+def test_a_large_capture_is_decoded_in_partitions_by_default(capsys, monkeypatch, command):
+    """The thresholds lowered so that a sample counts as large: decoded in partitions unasked (its tasks
+    run), and the output is what --partitions 1 gives; each file of several is estimated on its own."""
+    big, small = str(SAMPLES / "ldap-saturation.pcap"), str(SAMPLES / "smb2-break-queue.pcap")
+    _, whole = _json_lines(capsys, command, "--partitions", "1", big, small)
+    tasks = _count_tasks(monkeypatch)
+    monkeypatch.setattr(record_estimate, "AUTO_MIN_PACKETS", 1000)
+    monkeypatch.setattr(record_estimate, "PARTITION_PACKETS", record_estimate.estimated_records(big) // 3 + 1)
+    assert record_estimate.estimated_records(small) < 1000 < record_estimate.estimated_records(big)
+    _, parts = _json_lines(capsys, command, big, small)
+    assert tasks.count(distributed.decode_partition_task) == 3  # the big file's; the small one at once
+    assert parts == whole and len(whole) == 2
+
+
+@pytest.mark.parametrize("command", ["info", "stats"])
+def test_standard_input_is_not_read_in_partitions(command):
+    """Each partition reads the file again: what arrives on standard input can be read once (usage, 2);
+    without --partitions it is read at once."""
+    for option, expected in ((["--partitions", "2"], 2), ([], 0)):
+        with open(SAMPLES / "dns-ttl-herd.pcap", "rb") as stdin:
+            run = subprocess.run([sys.executable, "-m", "analyzer", command, *option, "-"], stdin=stdin,
+                                 capture_output=True, text=True, timeout=120)
+        assert run.returncode == expected, run.stderr
+        if expected == 2:
+            assert "standard input can be read only once" in run.stderr and "--partitions" in run.stderr
