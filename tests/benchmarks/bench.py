@@ -405,6 +405,58 @@ def _compared_scan(ctx: Ctx, found: tuple, name: str, options: list[str]) -> Res
     return res
 
 
+SUMMARY_COMMANDS = ("info", "stats")  # the other commands that decode in partitions (analyzer.record_estimate)
+COMPARED_PARTITIONS = 4  # the partitions a summary is compared in when its default decodes it at once
+
+
+def _summary_run(ctx: Ctx, name: str, command: str, options: list[str]) -> tuple[Result, str | None]:
+    """`herdscope COMMAND --format json` of the capture with ``options``: its result and its output's sha256."""
+    found = _herdscope_cmd()
+    if found is None:
+        return Result(name, status="unavailable", note="no herdscope command"), None
+    cmd, how = found
+    with tempfile.TemporaryDirectory(dir=ctx.args.cache_dir, prefix=f"{command}-") as out:
+        path = Path(out) / "out.json"
+        with open(path, "w") as fh:
+            wall, rss, proc, anon = run_timed([*cmd, command, str(ctx.path), "--format", "json", *options],
+                                              stdout=fh, cwd=ROOT)
+        text = path.read_text()
+    if proc.returncode != 0:
+        return Result(name, wall, None, rss, peak_anon_kb=anon, status="failed",
+                      note=f"exit {proc.returncode}: {tail(proc.stderr)}"), None
+    return Result(name, wall, ctx.packets, rss, peak_anon_kb=anon, note=how), hashlib.sha256(text.encode()).hexdigest()
+
+
+def _summary_stages(command: str) -> None:
+    """Two stages per command: its default run, and the other way (``--partitions 1`` when the default
+    decodes in partitions, :data:`COMPARED_PARTITIONS` when it decodes at once), whose output must be
+    the default's, byte for byte."""
+    @stage(command)
+    def default(ctx: Ctx) -> Result:
+        parts = _default_partitions(ctx)
+        res, digest = _summary_run(ctx, command, command, [])
+        res.note += f"; decoded in {parts} partitions by default" if parts > 1 else "; decoded at once"
+        res.extra["sha256"] = digest
+        return res
+
+    @stage(f"{command}, partitions compared")
+    def compared(ctx: Ctx) -> Result:
+        parts = _default_partitions(ctx)
+        options = ["--partitions", "1" if parts > 1 else str(COMPARED_PARTITIONS)]
+        res, digest = _summary_run(ctx, f"{command}, partitions compared", command, options)
+        plain = ctx.result(command)
+        res.note += f"; {' '.join(options)}" + _anon_note(res.peak_anon_kb, plain, command)
+        if digest and plain is not None and plain.extra.get("sha256"):
+            same = digest == plain.extra["sha256"]
+            res.note += f"; output identical to the default {command}'s" if same else "; OUTPUT DIFFERS"
+            res.status = "ok" if same else "failed"
+        return res
+
+
+for _command in SUMMARY_COMMANDS:
+    _summary_stages(_command)
+
+
 @stage("scan, 1 packet")
 def stage_herdscope_scan_one(ctx: Ctx) -> Result:
     """`herdscope scan` of the capture's first packet: the process's own memory, which the memory per
@@ -472,12 +524,13 @@ def _workers_stage(ctx: Ctx, workers: int) -> Result:
                   note=f"{how}; {n} findings; peak is the driver's" + _anon_note(anon, ctx.result("herdscope scan")))
 
 
-def _anon_note(anon_kb: int | None, plain: Result | None) -> str:
-    """The stage's peak anonymous memory beside the default scan's (its RSS counts mapped files: the
-    capture, and the Arrow files the partitions' frames come back through)."""
+def _anon_note(anon_kb: int | None, plain: Result | None, command: str = "scan") -> str:
+    """The stage's peak anonymous memory beside the default ``command``'s (its RSS counts mapped files:
+    the capture, and the Arrow files the partitions' frames come back through)."""
     if not anon_kb:
         return ""
-    beside = f" (default scan {plain.peak_anon_kb / 1e3:,.0f} MB)" if plain is not None and plain.peak_anon_kb else ""
+    beside = (f" (default {command} {plain.peak_anon_kb / 1e3:,.0f} MB)" if plain is not None and plain.peak_anon_kb
+              else "")
     return f"; peak anonymous {anon_kb / 1e3:,.0f} MB{beside}"
 
 
@@ -809,13 +862,14 @@ def print_table(ctx: Ctx) -> None:
     hs = ctx.result("herdscope ingest")
     cat_s = cat.seconds if cat and cat.status == "ok" else None
     hs_s = hs.seconds if hs and hs.status == "ok" else None
-    head = (f"{'stage':<20} {'seconds':>9} {'packets/s':>11} {'MB/s':>8} {'peak RSS':>10} {'x cat':>8} "
+    w = max([20] + [len(r.name) for r in ctx.results])  # the stage column, as wide as its longest name
+    head = (f"{'stage':<{w}} {'seconds':>9} {'packets/s':>11} {'MB/s':>8} {'peak RSS':>10} {'x cat':>8} "
             f"{'x ingest':>9}  note")
     print(head)
     print("-" * len(head))
     for r in ctx.results:
         if r.status in ("unavailable", "skipped"):
-            print(f"{r.name:<20} {'-':>9} {'-':>11} {'-':>8} {'-':>10} {'-':>8} {'-':>9}  {r.note}")
+            print(f"{r.name:<{w}} {'-':>9} {'-':>11} {'-':>8} {'-':>10} {'-':>8} {'-':>9}  {r.note}")
             continue
         sec = f"{r.seconds:.3f}" if r.seconds is not None else "-"
         n = r.packets if r.packets is not None else ctx.packets
@@ -825,7 +879,7 @@ def print_table(ctx: Ctx) -> None:
         xcat = f"{r.seconds / cat_s:.1f}" if cat_s and r.seconds else "-"
         xhs = f"{r.seconds / hs_s:.2f}" if hs_s and r.seconds else "-"
         note = ("FAILED: " if r.status == "failed" else "") + r.note
-        print(f"{r.name:<20} {sec:>9} {pps:>11} {mbs:>8} {rss:>10} {xcat:>8} {xhs:>9}  {note}")
+        print(f"{r.name:<{w}} {sec:>9} {pps:>11} {mbs:>8} {rss:>10} {xcat:>8} {xhs:>9}  {note}")
 
 
 RATIOS = [  # (what the issues ask, slow stage, fast stage, target)
