@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import random
 
+import numpy as np
 import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -212,14 +213,19 @@ def test_mutations_never_raise(seed, n):
     assert set(out["decode_error"].drop_nulls().to_list()) <= set(http.DECODE_ERRORS.values())
 
 
-@pytest.mark.parametrize("copy_bytes", [1, 100, 130, 300])
-def test_header_prefix_framing_is_the_whole_framing(monkeypatch, copy_bytes):
+@pytest.mark.parametrize("copy_bytes, batch_bytes", [(1, 1 << 30), (100, 1), (130, 1 << 30), (300, 2000),
+                                                     (4096, 1), (4096, 5000)])
+def test_header_prefix_framing_is_the_whole_framing(monkeypatch, copy_bytes, batch_bytes):
     """http_messages and the Negotiate tokens are the same whether each message is copied whole or only
-    its first bytes, the connections of a header longer than them framed again (http._decode_capture)."""
+    its first bytes, the connections of a header longer than them framed again, and whether the
+    connections are framed at once or in batches of ``batch_bytes`` of payload, down to one connection
+    at a time (http._decode_capture)."""
     from pathlib import Path
     from analyzer import open_capture
+    from analyzer.tcp import connection_batches
     root = Path(__file__).parent.parent
     monkeypatch.setattr(http, "HEADER_COPY_BYTES", copy_bytes)
+    monkeypatch.setattr(http, "FRAMING_BATCH_BYTES", batch_bytes)
     for path in (root / "samples" / "krb5-http-replay.pcapng", root / "samples" / "eval" / "krb5-http-cached-token.pcap"):
         with open_capture(path) as cap:
             whole = http.message_sets(cap)
@@ -228,3 +234,30 @@ def test_header_prefix_framing_is_the_whole_framing(monkeypatch, copy_bytes):
             assert got_frame.equals(want_frame)
             want_ap = kerberos_ap.decode_tokens("http", want_tokens)
             assert want_ap.height > 0 and kerberos_ap.decode_tokens("http", got_tokens).equals(want_ap)
+            batches = connection_batches(cap, set(http.PROTOCOL.tcp_ports), batch_bytes)
+            if batch_bytes >= 1 << 30:
+                assert len(batches) == 1
+            elif batch_bytes == 1:
+                assert all(len(b) == 1 for b in batches)
+            assert sorted(np.concatenate(batches).tolist()) == sorted(set(whole[0].frame["flow"].to_list()))
+
+
+def test_framing_in_batches_on_a_capture_of_many_connections(monkeypatch, synthetic_capture):
+    """The synthetic capture's web traffic (thousands of HTTP connections), framed a few at a time
+    (:data:`http.FRAMING_BATCH_BYTES` of payload each) and at once: the same messages (and tokens, of
+    which it has none: the samples' test above has them)."""
+    from analyzer import open_capture
+    from analyzer.tcp import connection_batches
+
+    def decoded(batch_bytes):
+        monkeypatch.setattr(http, "FRAMING_BATCH_BYTES", batch_bytes)
+        with open_capture(synthetic_capture) as cap:
+            batches = connection_batches(cap, set(http.PROTOCOL.tcp_ports), batch_bytes)
+            tokens = [(frame, bytes(ms.buf[offset:offset + length])) for ms in http.negotiate_token_sets(cap)
+                      for frame, offset, length in ms.frame.select("frame_last", "offset", "length").iter_rows()]
+            return len(batches), cap.frame("http_messages"), sorted(tokens)
+
+    n_whole, whole, whole_tokens = decoded(1 << 40)
+    n_parts, parts, parts_tokens = decoded(200_000)
+    assert n_whole == 1 and n_parts > 10 and whole.height > 1000
+    assert parts.equals(whole) and parts_tokens == whole_tokens

@@ -30,13 +30,15 @@ the module's tests for what the messages frame gives instead (``request_frame``,
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import polars as pl
 
 from ..capture import frame_builder
 from ..message_set import MessageSet
 from ..messages import KEPT_COLUMNS, protocol_message_sets
-from ..tcp import tcp_messages
+from ..tcp import connection_batches, tcp_messages
 from ..schema import FRAMES, Column, column, empty_frame
 from . import ber
 from .kerberos_ap import register_token_source
@@ -92,7 +94,14 @@ FRAMES.setdefault("http_messages", MESSAGE_COLUMNS)  # descriptions for ``herdsc
 # block, so a message whose empty line lies within this prefix decodes the same; the connections of
 # the others are framed again with the default copy (see _decoded_capture).
 HEADER_COPY_BYTES = 4096
+# Captured payload framed at a time (analyzer.tcp.connection_batches): the first framing copies up to
+# HEADER_COPY_BYTES of every message, bodies within them included: 54 MB at once for the 37k messages
+# of web traffic of the 1M synth capture, and in proportion on a capture of more. Batch by batch,
+# memory holds one batch's copies and the messages and tokens decoded from the others (1M synth:
+# the scan's peak 626 -> 560-572 MB).
+FRAMING_BATCH_BYTES = 16 << 20
 
+_NO_BYTES = np.zeros(0, np.uint8)
 _STR_NAMES = ("method", "target", "reason", "host", "authorization", "www_authenticate")
 _INT_COLUMNS = {"status_code": (I_CODE, pl.UInt16), "content_length": (I_CONTENT_LENGTH, pl.Int64),
                 "header_length": (I_HEADER_LEN, pl.UInt32), "fields": (I_FIELDS, pl.UInt16),
@@ -192,18 +201,22 @@ def _only_rows(part: tuple, rows: np.ndarray) -> tuple:
 
 
 def _decode_capture(cap):
-    """``_decode(message_sets(cap))`` without copying every message's body: framed first copying
-    ``header_copy_bytes`` of each message; a message whose header block was not within them (no
+    """``_decode(message_sets(cap))`` without copying every message's body, nor every message's header
+    at once: framed first copying ``header_copy_bytes`` of each message, :data:`FRAMING_BATCH_BYTES`
+    of the connections' payload at a time; a message whose header block was not within them (no
     empty line, the copy full) has its connection framed again as :func:`message_sets` frames it,
     and that connection's rows come from there. Each connection is framed on its own (so its messages
     are the same either way, analyzer.tcp.tcp_messages) and the decoder reads nothing past the empty
     line, so the result is the same by construction; message and token order is by time with a set's
     row order breaking ties, and ties are within one direction, which comes whole from one framing."""
     header_copy_bytes = HEADER_COPY_BYTES
-    first = [ms for ms in tcp_messages(cap, PROTOCOL.tcp_framing, set(PROTOCOL.tcp_ports),
-                                       client_side=PROTOCOL.client_side, max_copy=header_copy_bytes)
-             if ms.height]
-    parts = [_kernel(ms) for ms in first]
+    first, parts = [], []
+    for batch in connection_batches(cap, set(PROTOCOL.tcp_ports), FRAMING_BATCH_BYTES):
+        for ms in tcp_messages(cap, PROTOCOL.tcp_framing, set(PROTOCOL.tcp_ports), client_side=PROTOCOL.client_side,
+                               max_copy=header_copy_bytes, only_conns=batch):
+            if ms.height:
+                parts.append(_kernel(ms))
+                first.append(dataclasses.replace(ms, buf=_NO_BYTES))  # decoded: its copies are not read again
     again = [np.flatnonzero((p[1][I_HEADER_LEN] == ber.NULL)
                             & (ms.frame["length"].to_numpy() >= header_copy_bytes)) for ms, p in zip(first, parts)]
     redo = pl.concat([ms.frame["flow"][rows] for ms, rows in zip(first, again)]).unique() if first else None

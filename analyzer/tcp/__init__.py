@@ -20,7 +20,7 @@ from .. import columns, schema
 from ..capture import frame_builder
 from . import analysis as an
 from .connections import ACK, CONNECTION_DESCRIPTIONS, SYN, assign_connections, client_sides, connections_frame
-from .framing import tcp_messages
+from .framing import connection_batches, tcp_messages
 
 SEGMENT_DESCRIPTIONS = {
     "frame": "frame number of the segment (join key to packets)",
@@ -163,4 +163,4 @@ def _build_client_syns(cap) -> pl.DataFrame:
     return client_syns(cap.frame("tcp_segments"))
 
 
-__all__ = ["analyze_segments", "client_syns", "tcp_messages", "tcp_packets"]
+__all__ = ["analyze_segments", "client_syns", "connection_batches", "tcp_messages", "tcp_packets"]

@@ -350,6 +350,41 @@ def _payload_segments(cap) -> pl.DataFrame:
 TCP_CLIENT_SIDE_RULES = ("service_port", "connection_initiator")  # what TCP can tell without the bytes
 
 
+def _port_list(service_ports) -> pl.Expr:
+    return pl.Series(sorted(service_ports), dtype=pl.UInt16).implode()
+
+
+def _wanted_connections(cap, service_ports, only_conns=None, also_conns=None) -> pl.DataFrame:
+    """The rows of ``connections`` :func:`tcp_messages` frames (its ports and connection options)."""
+    conns = cap.frame("connections")
+    ports = _port_list(service_ports)
+    on_port = pl.col("server_port").is_in(ports) | pl.col("client_port").is_in(ports)
+    if also_conns is not None:
+        on_port = on_port | pl.col("conn").is_in(pl.Series(also_conns, dtype=conns["conn"].dtype).implode())
+    wanted = conns.filter(on_port)
+    if only_conns is not None:
+        wanted = wanted.filter(pl.col("conn").is_in(pl.Series(only_conns, dtype=wanted["conn"].dtype).implode()))
+    return wanted
+
+
+def connection_batches(cap, service_ports: set[int], batch_bytes: int) -> list[np.ndarray]:
+    """The connections :func:`tcp_messages` frames for ``service_ports``, in batches (ascending
+    connection ids) of about ``batch_bytes`` of captured payload each (a larger connection makes a
+    batch of its own): a decoder that frames and decodes batch by batch (``only_conns``), dropping
+    each batch's copied bytes before the next, holds one batch's copies at a time, and its messages
+    are the same as framed at once (each connection is framed on its own)."""
+    wanted = _wanted_connections(cap, service_ports)
+    if wanted.height == 0:
+        return []
+    per_conn = (_payload_segments(cap).filter(pl.col("conn").is_in(wanted["conn"].implode()))
+                .group_by("conn").agg(pl.col("payload_caplen").fill_null(0).cast(pl.Int64).sum().alias("bytes"))
+                .sort("conn"))
+    ids, sizes = per_conn["conn"].to_numpy(), per_conn["bytes"].to_numpy()
+    batch = np.cumsum(sizes) // max(1, batch_bytes)  # a batch per batch_bytes of running total
+    cuts = np.flatnonzero(np.diff(batch)) + 1
+    return np.split(ids, cuts) if ids.shape[0] else []
+
+
 def tcp_messages(cap, framing: str, service_ports: set[int], *, max_copy: int | None = None,
                  client_side: str = "service_port", only_conns=None, also_conns=None) -> list[MessageSet]:
     """Messages of the TCP connections to or from ``service_ports``, framed with ``framing``; with
@@ -365,14 +400,7 @@ def tcp_messages(cap, framing: str, service_ports: set[int], *, max_copy: int | 
         raise ValueError(f"client_side {client_side!r}: expected one of {', '.join(TCP_CLIENT_SIDE_RULES)}")
     kind = FRAMINGS[framing]
     max_copy = DEFAULT_MAX_COPY[framing] if max_copy is None else max_copy
-    conns = cap.frame("connections")
-    ports = pl.Series(sorted(service_ports), dtype=pl.UInt16).implode()
-    on_port = pl.col("server_port").is_in(ports) | pl.col("client_port").is_in(ports)
-    if also_conns is not None:
-        on_port = on_port | pl.col("conn").is_in(pl.Series(also_conns, dtype=conns["conn"].dtype).implode())
-    wanted = conns.filter(on_port)
-    if only_conns is not None:
-        wanted = wanted.filter(pl.col("conn").is_in(pl.Series(only_conns, dtype=wanted["conn"].dtype).implode()))
+    wanted = _wanted_connections(cap, service_ports, only_conns, also_conns)
     if wanted.height == 0:
         return []
     conn_ids = wanted["conn"].implode()
@@ -431,7 +459,7 @@ def tcp_messages(cap, framing: str, service_ports: set[int], *, max_copy: int | 
         "length": m_len.astype(np.uint32), "wire_length": m_wire.astype(np.uint32),
         "stream_offset": m_stream, "complete": m_all,
     })
-    flip = _flipped(ports) if client_side == "service_port" else pl.lit(False)
+    flip = _flipped(_port_list(service_ports)) if client_side == "service_port" else pl.lit(False)
     sides = wanted.select("conn", "client", "client_port", "server", "server_port", flip.alias("flip"))
     msgs = msgs.join(sides, on="conn", how="left")
     frame = msgs.select(
