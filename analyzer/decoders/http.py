@@ -96,10 +96,11 @@ FRAMES.setdefault("http_messages", MESSAGE_COLUMNS)  # descriptions for ``herdsc
 HEADER_COPY_BYTES = 4096
 # Captured payload framed at a time (analyzer.tcp.connection_batches): the first framing copies up to
 # HEADER_COPY_BYTES of every message, bodies within them included: 54 MB at once for the 37k messages
-# of web traffic of the 1M synth capture, and in proportion on a capture of more. Batch by batch,
-# memory holds one batch's copies and the messages and tokens decoded from the others (1M synth:
-# the scan's peak 626 -> 560-572 MB).
-FRAMING_BATCH_BYTES = 16 << 20
+# of web traffic of the 1M synth capture (287 MB of payload), and in proportion on a capture of more.
+# Batch by batch, memory holds one batch's copies and the messages and tokens decoded from the others.
+# Each batch costs a framing call (~25 ms): on the 1M synth, 64 MiB is 5 batches, the scan's peak
+# 626 -> 582-589 MB at no cost in time; 16 MiB is 18 batches, 559-572 MB and 0.3 s more.
+FRAMING_BATCH_BYTES = 64 << 20
 
 _NO_BYTES = np.zeros(0, np.uint8)
 _STR_NAMES = ("method", "target", "reason", "host", "authorization", "www_authenticate")
