@@ -86,12 +86,18 @@ DEFAULT_PARTITIONS_HELP = ("Default: 1 for a capture of fewer than 5M packets (e
                            "it at once")
 
 
-def partitions_option(what_is_the_same: str):
-    """--partitions of a command that decodes in server partitions in this process (info, stats)."""
-    return click.option("--partitions", type=click.IntRange(min=1), metavar="N",
-                        help=f"decode in N server partitions, one after the other: memory holds about the largest "
-                             f"partition's decoding, not the whole capture's, and the files are read N more times; "
-                             f"{what_is_the_same} the same. {DEFAULT_PARTITIONS_HELP}")
+# the most partitions (analyzer.partitions.partition_ids: a packet's partition is a uint16, its last
+# value meaning "not selected"), written out so that --help loads no NumPy (tests/test_partitioned_commands.py)
+MAX_PARTITIONS = 65534
+
+
+def partitions_option(what_is_the_same: str, where: str = ""):
+    """--partitions of a command that decodes in server partitions (info, stats; scan, which says
+    ``where`` else they may be decoded)."""
+    return click.option("--partitions", type=click.IntRange(min=1, max=MAX_PARTITIONS), metavar="N",
+                        help=f"decode in N server partitions, one after the other{where}: memory holds about the "
+                             f"largest partition's decoding, not the whole capture's, and the files are read N more "
+                             f"times; {what_is_the_same} the same. {DEFAULT_PARTITIONS_HELP}")
 
 
 @cli.command(help=f"Summarise captures like capinfos: format, link types, packets, times, "
@@ -301,11 +307,8 @@ def detector_options(command):
 @click.option("--scheduler", metavar="tcp://HOST:8786",
               help="decode on the Dask cluster of this scheduler instead (its workers must be able to open "
                    "the files at the same paths)")
-@click.option("--partitions", type=click.IntRange(min=1), metavar="N",
-              help="decode in N server partitions, one after the other (or, with --workers/--scheduler, on the "
-                   "workers; default there 2 per worker): memory holds about the largest partition's decoding, "
-                   f"not the whole capture's, and the files are read N more times; the findings are the same. "
-                   f"{DEFAULT_PARTITIONS_HELP}")
+@partitions_option("the findings are", where=" (or, with --workers/--scheduler, on the workers; default there 2 "
+                                              "per worker)")
 def scan(files, detector_list, config_path, sets, start, end, hosts, ports, fmt, output, fail_on, separate, quiet,
          expand, workers, scheduler, partitions) -> int:
     from detectors.scan_command import scan as scan_captures  # lazy: the detectors load Polars and Numba

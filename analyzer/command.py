@@ -39,19 +39,22 @@ def open_captures(paths: list[str], **options):
     return cap
 
 
-def each_capture(files, per_capture, *, partitions: int | None = 1, packet_columns: tuple[str, ...] = ()) -> int:
+def each_capture(files, per_capture, *, partitions: int | None = 1, packet_columns: tuple[str, ...] | None = None
+                 ) -> int:
     """Open each file and call ``per_capture(path, cap, count)``; unreadable files are reported, not
     fatal. ``count``: the partitions to decode the file in, ``partitions`` (``--partitions``; 1 by
     default: at once), or with None as many as its estimated size asks
     (``analyzer.record_estimate.partitions_for``); a file of more than one is opened reading only
-    ``packet_columns`` of its packets (what the command reads of them, and the partitioning)."""
+    ``packet_columns`` of its packets (what the command reads of them, and the partitioning; None:
+    all of them)."""
     from .record_estimate import partitions_for  # lazy: light, but not for --help
 
     code = ExitCode.OK
     for path in files:
         try:
             count = partitions_for([path], partitions)
-            with open_captures([path], **({"packet_columns": packet_columns} if count > 1 else {})) as cap:
+            narrow = {"packet_columns": packet_columns} if count > 1 and packet_columns is not None else {}
+            with open_captures([path], **narrow) as cap:
                 per_capture(path, cap, count)
         except UnreadableCapture as exc:
             fail(str(exc))

@@ -51,7 +51,7 @@ import heapq
 import numpy as np
 import polars as pl
 
-from .capture import UNSELECTED, ReadPart
+from .capture import COPY_COLUMNS, UNSELECTED, ReadPart
 from .decoders.registry import protocol_of_frame, protocols
 from .messages import flow_key
 
@@ -96,6 +96,12 @@ _ADDRESSES = "_address_dtype"  # and the capture's address Enum (an empty column
 
 # what partition_ids reads of the packets frame
 PARTITION_COLUMNS = ("frame", "src", "dst", "sport", "dport")
+
+
+def caller_packet_columns(*columns: str) -> tuple[str, ...]:
+    """What the caller of a run in partitions reads of the packets at all: ``columns`` (what the command
+    itself reads of them) and those the partitioning and the joining of a ring buffer's pieces read."""
+    return tuple(dict.fromkeys(columns + PARTITION_COLUMNS + COPY_COLUMNS))
 
 
 def partition_of_packets(packets: pl.DataFrame, count: int, ports) -> pl.Series:

@@ -11,7 +11,7 @@ within the snap length, a fraction of a second in range; pcapng: a block's trail
 its leading one), and the file's size divided by the sampled bytes per packet (16 MB read, a few
 ms; a file under that is walked whole, and its count is exact). A ring buffer's files are estimated one by one. Only
 regular, uncompressed files are estimated: a gzip file would be decompressed again by each partition,
-and what arrives on standard input cannot be read twice (None: no estimate, a scan of it is not
+and what arrives on standard input cannot be read twice (None: no estimate, a capture of it is not
 partitioned unless asked).
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ _PCAPNG_PACKET_BLOCKS = (6, 3, 2)
 _PCAPNG_BLOCK_HEADER_LEN = 8  # block type, block total length
 _PCAPNG_ALIGN = 4  # every pcapng block starts at a multiple of 4 bytes from the file's start (§3.1)
 
-# the default partitions of a scan (automatic_partitions): a capture estimated at fewer than
+# the default partitions of a scan, stats or info (automatic_partitions): a capture estimated at fewer than
 # AUTO_MIN_PACKETS is decoded whole (partitions cost time: each walks the files again, and on the
 # 1M synth capture 4 partitions take ~1.6x the time of one), a larger one in partitions of about
 # PARTITION_PACKETS packets, at most AUTO_MAX_PARTITIONS (each walks every record of the files, so
@@ -154,7 +154,7 @@ def estimated_packets(paths: list[str]) -> int | None:
 
 
 def automatic_partitions(packets: int | None) -> int:
-    """How many partitions a scan of a capture of about ``packets`` (:func:`estimated_packets`) uses
+    """How many partitions a command (scan, stats, info) decoding a capture of about ``packets`` (:func:`estimated_packets`) uses
     when no ``--partitions`` says (module doc): 1 without an estimate or under :data:`AUTO_MIN_PACKETS`."""
     if packets is None or packets < AUTO_MIN_PACKETS:
         return 1

@@ -30,11 +30,10 @@ from __future__ import annotations
 
 import polars as pl
 
-from .capture import COPY_COLUMNS
 from .decoders import dns, registry
 from .decoders.common import COMMON_NAMES
 from .durations import fmt_ns
-from .partitions import PARTITION_COLUMNS
+from .partitions import caller_packet_columns
 from .selection import SELECTION_COLUMNS
 LEGS = ("client_to_resolver", "resolver_to_upstream", "direct")
 BY_CHOICES = ("server", "client")
@@ -48,8 +47,8 @@ DNS_PORT = 53  # RFC 1035 §4.2
 ZONE_QTYPES = ("SOA", "AXFR", "IXFR")
 # what stats of a capture decoded in partitions reads of its packets: the selection's, the partitioning's
 # and the joining of pieces' columns (decode_in_partitions)
-PARTITIONED_PACKET_COLUMNS = tuple(dict.fromkeys(PARTITION_COLUMNS + SELECTION_COLUMNS + COPY_COLUMNS))
-SMB2_EXTRA_FRAMES = ("smb2_transactions", "smb2_breaks")  # what _smb2_extra_rows reads
+PARTITIONED_PACKET_COLUMNS = caller_packet_columns(*SELECTION_COLUMNS)
+SMB2_TRANSACTIONS, SMB2_BREAKS = "smb2_transactions", "smb2_breaks"  # what _smb2_extra_rows reads
 _SCHEMA = {c: pl.String for c in KEY_COLUMNS} | {c: pl.UInt32 for c in ("count", "answered", "unanswered", "errors")} \
     | {c: pl.Int64 for c in LATENCY_COLUMNS} | {"mean": pl.Float64}
 
@@ -95,10 +94,15 @@ def _text_columns(frame: pl.DataFrame, names=("transport", "client", "server")) 
 def protocol_transactions(cap) -> list[tuple[str, pl.DataFrame]]:
     """(protocol, its requests that expect an answer, common columns in their own dtypes) for every
     protocol with transactions in the capture."""
-    names = set(cap.frame_names())
     frames = [(p.name, expected_requests(cap.frame(p.transactions)).select(COMMON_NAMES))
-              for p in registry.protocols() if p.transactions and p.transactions in names]
+              for p in _transaction_protocols(cap)]
     return [(p, f) for p, f in frames if f.height]
+
+
+def _transaction_protocols(cap) -> list:
+    """The registered protocols with a transactions frame ``cap`` can build."""
+    names = set(cap.frame_names())
+    return [p for p in registry.protocols() if p.transactions and p.transactions in names]
 
 
 def transactions(cap) -> pl.DataFrame:
@@ -159,8 +163,8 @@ def _smb2_extra_rows(cap, keys: list[str]) -> list[pl.DataFrame]:
     """STATUS_PENDING waits and break acknowledgments, as rows of their own (module doc)."""
     parts = []
     names = set(cap.frame_names())
-    if "smb2_transactions" in names:
-        smb = cap.frame("smb2_transactions")
+    if SMB2_TRANSACTIONS in names:
+        smb = cap.frame(SMB2_TRANSACTIONS)
         if "pending_ns" in smb.columns:
             pending = smb.filter(pl.col("pending_ns").is_not_null() | pl.col("interim_frame").is_not_null()) \
                 if "interim_frame" in smb.columns else smb.filter(pl.col("pending_ns").is_not_null())
@@ -174,8 +178,8 @@ def _smb2_extra_rows(cap, keys: list[str]) -> list[pl.DataFrame]:
                         pl.lit("smb2").alias("protocol"), label.alias("operation"),
                         pl.lit(None, pl.UInt8).alias("leg"), pl.col("pending_ns").is_not_null().alias("_done")),
                     keys, "pending_ns", "_done", pl.lit(False)))
-    if "smb2_breaks" in names:
-        breaks = cap.frame("smb2_breaks")
+    if SMB2_BREAKS in names:
+        breaks = cap.frame(SMB2_BREAKS)
         lat = next((c for c in ("ack_latency_ns", "ack_ns") if c in breaks.columns), None)
         kind = next((c for c in ("break_kind", "kind") if c in breaks.columns), None)
         if "ack_required" in breaks.columns:  # level II oplock breaks are not acknowledged (3.3.4.6)
@@ -194,8 +198,8 @@ def _smb2_extra_rows(cap, keys: list[str]) -> list[pl.DataFrame]:
 def response_time_frames(cap) -> list[str]:
     """The frames :func:`service_response_times` reads: every protocol's transactions, SMB2's breaks."""
     names = set(cap.frame_names())
-    found = [p.transactions for p in registry.protocols() if p.transactions and p.transactions in names]
-    return list(dict.fromkeys(found + [n for n in SMB2_EXTRA_FRAMES if n in names]))
+    found = [p.transactions for p in _transaction_protocols(cap)]
+    return list(dict.fromkeys(found + [n for n in (SMB2_TRANSACTIONS, SMB2_BREAKS) if n in names]))
 
 
 def decode_in_partitions(cap, partitions: int) -> None:

@@ -21,7 +21,7 @@ non-packet blocks, sections ...), ``tcp`` (``{connections, states: {conn_state: 
 retransmissions, fast_retransmissions, spurious_retransmissions, zero_windows, duplicate_acks,
 lost_segments, handshake_rtt_ns: {n, median, p99}}``; the RTTs as measured, so a median of 0 on a
 10 ms tick means "below the tick": ``herdscope info`` prints it so), ``decode_damage``
-(``{frame: {status: rows}}``: damaged messages a decoder kept as rows, see :func:`decode_damage`).
+(``{frame: {status: rows}}``: damaged messages a decoder kept as rows, see :func:`damaged_rows`).
 """
 from __future__ import annotations
 
@@ -29,13 +29,13 @@ import datetime as dt
 
 import polars as pl
 
-from .capture import COPY_COLUMNS, Capture
+from .capture import Capture
 from .decoders import registry
 from .tcp import analysis as an
 from .kernels import records as rk
 from . import mac_control  # noqa: F401 - registers pause_frames (schema and builder)
 from .kernels.headers import ETH_MAC_CONTROL
-from .partitions import PARTITION_COLUMNS
+from .partitions import caller_packet_columns
 from .schema import FRAMES
 from .resolution import capture_tick
 
@@ -114,7 +114,7 @@ _SEGMENT_FLAGS = {
 SUMMARY_PACKET_COLUMNS = ("ts_ns", "iface", "caplen", "wirelen", "ip_proto", "sport", "dport", "ethertype")
 # what a summary of a capture decoded in partitions reads of its packets at all: the columns above and
 # those the partitioning and the joining of a ring buffer's pieces read (summarize_in_partitions)
-PARTITIONED_PACKET_COLUMNS = tuple(dict.fromkeys(SUMMARY_PACKET_COLUMNS + PARTITION_COLUMNS + COPY_COLUMNS))
+PARTITIONED_PACKET_COLUMNS = caller_packet_columns(*SUMMARY_PACKET_COLUMNS)
 
 
 def counted_parts(cap: Capture, whole_times=None) -> dict[str, pl.DataFrame]:
@@ -170,10 +170,16 @@ def _damage_status(frame: str) -> bool:
     return status is not None and isinstance(status.polars, pl.Enum) and status.polars.categories[0] == "ok"
 
 
+# damaged_rows: the frame and status (text), the rows, and where each goes in decode_damage's order:
+# the frame's place among the frames checked, the status's code in its Enum
+_DAMAGE_SCHEMA = {"frame": pl.String, "status": pl.String, "rows": pl.Int64, "frame_order": pl.Int64,
+                  "status_order": pl.Int64}
+
+
 def damaged_rows(cap: Capture) -> pl.DataFrame:
-    """(frame, status, rows, order): the damaged messages the decoders kept as rows with a ``status``
-    other than "ok" (rocev2_packets: truncated, bad_length; pause_frames: truncated) instead of
-    dropping them; ``order`` puts the frames and each one's statuses in :func:`decode_damage`'s order.
+    """(frame, status, rows, frame_order, status_order): the damaged messages the decoders kept as rows
+    with a ``status`` other than "ok" (rocev2_packets: truncated, bad_length; pause_frames: truncated) instead of
+    dropping them; the orders put the frames and each one's statuses in :func:`decode_damage`'s order.
     Only frames whose schema has such a status are built, and only when the capture carries their
     traffic (a protocol's ports, EtherType 0x8808): a DNS capture decodes nothing more here."""
     p = cap.packets
@@ -189,18 +195,17 @@ def damaged_rows(cap: Capture) -> pl.DataFrame:
         bad = cap.frame(name).filter(pl.col("status").cast(pl.String) != "ok").group_by("status").len()
         rows.append(bad.select(pl.lit(name).alias("frame"), pl.col("status").cast(pl.String),
                                pl.col("len").alias("rows"),
-                               (pl.lit(k) * 256 + pl.col("status").to_physical()).alias("order")).cast(_DAMAGE_SCHEMA))
+                               pl.lit(k).alias("frame_order"), pl.col("status").to_physical().alias("status_order"))
+                    .cast(_DAMAGE_SCHEMA))
     return pl.concat(rows)
-
-
-_DAMAGE_SCHEMA = {"frame": pl.String, "status": pl.String, "rows": pl.Int64, "order": pl.Int64}
 
 
 def decode_damage(damage_rows: pl.DataFrame) -> dict[str, dict[str, int]]:
     """``{frame: {status: rows}}`` of :func:`damaged_rows`' rows (of a capture, or of its partitions)."""
-    summed = damage_rows.group_by("frame", "status", "order").agg(pl.col("rows").sum()).sort("order")
+    summed = (damage_rows.group_by("frame", "status", "frame_order", "status_order").agg(pl.col("rows").sum())
+              .sort("frame_order", "status_order").select("frame", "status", "rows"))
     out: dict[str, dict[str, int]] = {}
-    for frame, status, _, n in summed.iter_rows():
+    for frame, status, n in summed.iter_rows():
         out.setdefault(frame, {})[status] = int(n)
     return out
 

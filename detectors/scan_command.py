@@ -14,10 +14,9 @@ import json
 import click
 import polars as pl
 
-from analyzer.capture import COPY_COLUMNS
 from analyzer.command import open_captures, writing
 from analyzer.errors import ExitCode, UnreadableCapture, fail
-from analyzer.partitions import CONNECTION_FRAMES, PARTITION_COLUMNS
+from analyzer.partitions import CONNECTION_FRAMES, caller_packet_columns
 from analyzer.progress import stage
 from analyzer.record_estimate import partitions_for
 from analyzer.render import console as make_console
@@ -40,7 +39,7 @@ KEPT_PACKET_COLUMNS = tuple(dict.fromkeys(PACKET_COLUMNS + RETAINED_PACKET_COLUM
 # what the caller of a partitioned scan reads of the packets at all: the columns above, and those the
 # selection, the partitioning and the joining of pieces read; its workers decode (issue 13: the rest
 # of a packet's ~90 bytes is never held by the caller)
-CALLER_PACKET_COLUMNS = tuple(dict.fromkeys(KEPT_PACKET_COLUMNS + SELECTION_COLUMNS + PARTITION_COLUMNS + COPY_COLUMNS))
+CALLER_PACKET_COLUMNS = caller_packet_columns(*KEPT_PACKET_COLUMNS, *SELECTION_COLUMNS)
 
 
 def scan(files, cfg: ScanConfig, selection, *, fmt: str, output: str | None, separate: bool, quiet: bool,
@@ -72,7 +71,7 @@ def _scan_group(group, cfg: ScanConfig, selection, client, local: bool, expand: 
     """One capture of a scan: its report and findings appended to ``results`` and ``frames``; the exit
     code so far, updated. Without a cluster, more than one of ``partitions`` are decoded one after the
     other in this process; without ``partitions`` either, as many as the capture's estimated size
-    asks (``analyzer.record_estimate.automatic_partitions``)."""
+    asks (``analyzer.record_estimate.partitions_for``)."""
     if client is None:
         partitions = partitions_for(group, partitions)
         if partitions > 1:

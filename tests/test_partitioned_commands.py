@@ -74,6 +74,31 @@ def test_a_large_capture_is_decoded_in_partitions_by_default(capsys, monkeypatch
     assert parts == whole and len(whole) == 2
 
 
+@pytest.mark.parametrize("name", ["ldap-saturation.pcap", "smb2-break-queue.pcap", "dns-retry-storm.pcapng"])
+def test_stats_of_a_selection_in_partitions(capsys, name):
+    """The selection is applied before the partitions are decided: the same rows as at once."""
+    path = str(SAMPLES / name)
+    _, everything = _json_lines(capsys, "stats", "--partitions", "1", path)
+    server = max(everything[0]["stats"], key=lambda r: r["count"])  # a busy operation's server, by address
+    _, by_server = _json_lines(capsys, "stats", "--by", "server", "--partitions", "1", path)
+    host = next(r["server"] for r in by_server[0]["stats"] if r["operation"] == server["operation"])
+    for selection in (["--host", host], ["--end", "2"], ["--host", host, "--start", "1"]):
+        code, whole = _json_lines(capsys, "stats", *selection, "--partitions", "1", path)
+        code3, parts = _json_lines(capsys, "stats", *selection, "--partitions", "3", path)
+        assert code3 == code and parts == whole, selection
+        assert whole[0]["selection"] and whole[0]["selection"]["packets_selected"] < whole[0]["selection"]["packets_total"]
+
+
+def test_the_help_allows_no_more_partitions_than_a_packet_can_be_numbered_in():
+    """--partitions stops where analyzer.partitions.partition_ids would refuse (a usage error, not a crash)."""
+    from analyzer.capture import UNSELECTED
+
+    assert cli.MAX_PARTITIONS == int(UNSELECTED) - 1
+    for command in (cli.scan, cli.stats, cli.info):
+        option = next(p for p in command.params if p.name == "partitions")
+        assert option.type.max == cli.MAX_PARTITIONS
+
+
 @pytest.mark.parametrize("command", ["info", "stats"])
 def test_standard_input_is_not_read_in_partitions(command):
     """Each partition reads the file again: what arrives on standard input can be read once (usage, 2);

@@ -350,10 +350,10 @@ def stage_herdscope_scan(ctx: Ctx) -> Result:
 
 
 def _default_partitions(ctx: Ctx) -> int:
-    """The partitions a default `scan` of the capture decodes it in (analyzer.record_estimate)."""
-    from analyzer.record_estimate import automatic_partitions, estimated_packets
+    """The partitions a default `scan`, `stats` or `info` of the capture decodes it in (analyzer.record_estimate)."""
+    from analyzer.record_estimate import partitions_for
 
-    return automatic_partitions(estimated_packets([str(ctx.path)]))
+    return partitions_for([str(ctx.path)], None)
 
 
 @stage("scan, at once")
