@@ -218,11 +218,10 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
     return merge_frames(parts, conn_maps), {name: pl.concat(frames) for name, frames in extras.items()}
 
 
-def decode_into(client, cap, names, **options) -> dict[str, pl.DataFrame]:
+def decode_into(client, cap, names, *, local: bool = True, **options) -> dict[str, pl.DataFrame]:
     """:func:`decode_frames` with the merged frames set on ``cap`` (which then answers for them as if
     it had built them); returns what ``then`` and ``client_then`` made, by name. ``client`` None: the
     partitions in turn in this process (:class:`InProcess`)."""
-    local = options.pop("local", True)
     frames, found = decode_frames(client or InProcess(), cap, names, local=local, **options)
     for name, frame in frames.items():
         cap.set_frame(name, frame)

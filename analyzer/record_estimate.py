@@ -34,8 +34,8 @@ _PCAPNG_PACKET_BLOCKS = (6, 3, 2)
 _PCAPNG_BLOCK_HEADER_LEN = 8  # block type, block total length
 _PCAPNG_ALIGN = 4  # every pcapng block starts at a multiple of 4 bytes from the file's start (§3.1)
 
-# the default partitions of a scan, stats or info (automatic_partitions): a capture estimated at fewer than
-# AUTO_MIN_PACKETS is decoded whole (partitions cost time: each walks the files again, and on the
+# the default partitions of a scan, stats or info (automatic_partitions): a capture estimated at fewer
+# than AUTO_MIN_PACKETS is decoded whole (partitions cost time: each walks the files again, and on the
 # 1M synth capture 4 partitions take ~1.6x the time of one), a larger one in partitions of about
 # PARTITION_PACKETS packets, at most AUTO_MAX_PARTITIONS (each walks every record of the files, so
 # the walks grow with the square of the size).
@@ -154,8 +154,9 @@ def estimated_packets(paths: list[str]) -> int | None:
 
 
 def automatic_partitions(packets: int | None) -> int:
-    """How many partitions a command (scan, stats, info) decoding a capture of about ``packets`` (:func:`estimated_packets`) uses
-    when no ``--partitions`` says (module doc): 1 without an estimate or under :data:`AUTO_MIN_PACKETS`."""
+    """How many partitions a command (scan, stats, info) decoding a capture of about ``packets``
+    (:func:`estimated_packets`) uses when no ``--partitions`` says (module doc): 1 without an estimate
+    or under :data:`AUTO_MIN_PACKETS`."""
     if packets is None or packets < AUTO_MIN_PACKETS:
         return 1
     return min(AUTO_MAX_PARTITIONS, math.ceil(packets / PARTITION_PACKETS))

@@ -370,10 +370,11 @@ def _wanted_connections(cap, service_ports, only_conns=None, also_conns=None) ->
 def connection_batches(cap, service_ports: set[int], batch_bytes: int) -> list[np.ndarray]:
     """The connections :func:`tcp_messages` frames for ``service_ports``, in batches (ascending
     connection ids) cut where the running total of their captured payload passes a multiple of
-    ``batch_bytes``: a batch holds at most ``batch_bytes`` besides one connection larger than that;
-    a connection without payload has no messages, and joins the batch before it. A decoder that frames and decodes batch by batch (``only_conns``), dropping
-    each batch's copied bytes before the next, holds one batch's copies at a time, and its messages
-    are the same as framed at once (each connection is framed on its own)."""
+    ``batch_bytes``: the connections of a batch after its first hold less than ``batch_bytes`` (the
+    first may hold more); a connection without payload has no messages and joins the batch before
+    it. A decoder that frames and decodes batch by batch (``only_conns``), dropping each batch's
+    copied bytes before the next, holds one batch's copies at a time, and its messages are the same
+    as framed at once (each connection is framed on its own)."""
     wanted = _wanted_connections(cap, service_ports)
     if wanted.height == 0:
         return []
