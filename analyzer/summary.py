@@ -178,8 +178,9 @@ _DAMAGE_SCHEMA = {"frame": pl.String, "status": pl.String, "rows": pl.Int64, "fr
 
 def damaged_rows(cap: Capture) -> pl.DataFrame:
     """(frame, status, rows, frame_order, status_order): the damaged messages the decoders kept as rows
-    with a ``status`` other than "ok" (rocev2_packets: truncated, bad_length; pause_frames: truncated) instead of
-    dropping them; the orders put the frames and each one's statuses in :func:`decode_damage`'s order.
+    with a ``status`` other than "ok" (rocev2_packets: truncated, bad_length; pause_frames: truncated)
+    instead of dropping them; the orders put the frames and each one's statuses in
+    :func:`decode_damage`'s order.
     Only frames whose schema has such a status are built, and only when the capture carries their
     traffic (a protocol's ports, EtherType 0x8808): a DNS capture decodes nothing more here."""
     p = cap.packets

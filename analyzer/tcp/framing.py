@@ -350,7 +350,8 @@ def _payload_segments(cap) -> pl.DataFrame:
 TCP_CLIENT_SIDE_RULES = ("service_port", "connection_initiator")  # what TCP can tell without the bytes
 
 
-def _port_list(service_ports) -> pl.Expr:
+def _port_list(service_ports) -> pl.Series:
+    """The ports as one list value, what ``is_in`` compares a port column with."""
     return pl.Series(sorted(service_ports), dtype=pl.UInt16).implode()
 
 
