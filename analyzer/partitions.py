@@ -53,6 +53,7 @@ import polars as pl
 
 from .capture import COPY_COLUMNS, UNSELECTED, ReadPart
 from .decoders.registry import protocol_of_frame, protocols
+from .kernels.pairs import address_pairs
 from .messages import flow_key
 
 # frame -> the columns its builder sorts its rows by (after the ids are renumbered); a frame not
@@ -107,24 +108,23 @@ def caller_packet_columns(*columns: str) -> tuple[str, ...]:
 def partition_of_packets(packets: pl.DataFrame, count: int, ports) -> pl.Series:
     """The partition (0 .. count-1) of each packet: its server's, servers dealt by packets
     (:func:`balanced_partitions`; module doc). Addresses are compared by their codes in the
-    capture's address Enum, which every reader of the same files assigns alike."""
-    ports = pl.Series(sorted(set(ports)), dtype=pl.UInt16).implode()
-    a, b = pl.col("src").to_physical(), pl.col("dst").to_physical()
-    lo, hi = pl.min_horizontal(a, b), pl.max_horizontal(a, b)
-    a_port, b_port = pl.col("sport").is_in(ports), pl.col("dport").is_in(ports)
-    lo_serves = pl.when(a == lo).then(a_port).otherwise(b_port) | pl.when(b == lo).then(b_port).otherwise(False)
-    hi_serves = pl.when(a == hi).then(a_port).otherwise(b_port) | pl.when(b == hi).then(b_port).otherwise(False)
-    keyed = packets.select(lo.alias("_lo"), hi.alias("_hi"), lo_serves.fill_null(False).alias("_los"),
-                           hi_serves.fill_null(False).alias("_his"))
-    pairs = keyed.group_by("_lo", "_hi").agg(pl.col("_los").any(), pl.col("_his").any(), pl.len().alias("_n"))
-    server = pl.when(pl.col("_his") & ~pl.col("_los")).then(pl.col("_hi")).otherwise(pl.col("_lo"))
-    pairs = pairs.with_columns(server.alias("_server"))
-    loads = (pairs.filter(pl.col("_server").is_not_null()).group_by("_server").agg(pl.col("_n").sum())
-             .sort(["_n", "_server"], descending=[True, False]))
-    dealt = loads.select("_server", pl.Series("partition", balanced_partitions(loads["_n"].to_numpy(), count)))
-    pairs = pairs.join(dealt, on="_server", how="left").select(
-        "_lo", "_hi", pl.col("partition").fill_null(0).cast(pl.UInt32))
-    return keyed.join(pairs, on=["_lo", "_hi"], how="left", maintain_order="left", nulls_equal=True)["partition"]
+    capture's address Enum, which every reader of the same files assigns alike; the pairs are found
+    in one pass (:func:`analyzer.kernels.pairs.address_pairs`)."""
+    served = np.zeros(1 << 16, np.bool_)
+    served[np.asarray(sorted(set(ports)), np.int64)] = True
+    has = (packets["src"].is_not_null() & packets["dst"].is_not_null()).to_numpy()
+    src, dst = (packets[c].to_physical().fill_null(0).cast(pl.UInt32).to_numpy() for c in ("src", "dst"))
+    src_serves, dst_serves = (served[packets[c].fill_null(0).to_numpy()] for c in ("sport", "dport"))
+    pair_of, lo, hi, loads, lo_serves, hi_serves = address_pairs(src, dst, has, src_serves, dst_serves)
+    del src, dst, src_serves, dst_serves, has
+    server = np.where(hi_serves & ~lo_serves, hi, lo)
+    servers, server_of_pair = np.unique(server, return_inverse=True)
+    server_loads = np.bincount(server_of_pair, weights=loads, minlength=servers.shape[0]).astype(np.int64)
+    order = np.lexsort((servers, -server_loads))  # largest first, the lower code of equals first
+    partition_of_server = np.empty(servers.shape[0], np.uint32)
+    partition_of_server[order] = balanced_partitions(server_loads[order], count)
+    partition_of_pair = np.append(partition_of_server[server_of_pair], np.uint32(0))  # NO_PAIR: partition 0
+    return pl.Series("partition", partition_of_pair[np.minimum(pair_of, np.uint32(lo.shape[0]))], pl.UInt32)
 
 
 def balanced_partitions(loads: np.ndarray, count: int) -> np.ndarray:

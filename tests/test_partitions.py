@@ -188,6 +188,58 @@ def test_a_partition_holds_a_server_and_every_packet_of_its_clients():
     assert p.filter(pl.col("src").is_null())["partition"].to_list() == [0] * p.filter(pl.col("src").is_null()).height
 
 
+def _servers_by_the_rule(packets: pl.DataFrame, ports: set[int]) -> dict[tuple[int, int], int]:
+    """The module doc's rule, pair by pair in Python: of an address pair, the one that used a decoder's
+    port with the other serves; when both or neither did, the lower code."""
+    serves: dict[tuple[int, int], list[bool]] = {}
+    rows = packets.select(pl.col("src").to_physical(), pl.col("dst").to_physical(), "sport", "dport").iter_rows()
+    for a, b, sport, dport in rows:
+        if a is None or b is None:
+            continue
+        flags = serves.setdefault((min(a, b), max(a, b)), [False, False])
+        for address, port in ((a, sport), (b, dport)):
+            if port in ports:
+                flags[0] |= address == min(a, b)
+                flags[1] |= address == max(a, b)
+    return {pair: pair[1] if hi and not lo else pair[0] for pair, (lo, hi) in serves.items()}
+
+
+def test_the_servers_of_many_pairs_are_the_rules():
+    """Thousands of pairs (the pair table grows several times), addresses talking to themselves, packets
+    without addresses and without ports: every pair goes to its server's partition, a packet without
+    addresses to partition 0, and each server's packets stay together."""
+    rng = np.random.default_rng(7)
+    n, addresses = 40_000, 3_000
+    names = [f"10.{k // 250}.{k % 250}.1" for k in range(addresses)]
+    src, dst = rng.integers(0, addresses, n), rng.integers(0, addresses, n)
+    dst[:500] = src[:500]  # sent to itself
+    ports = (53, 88, 389, 445)
+    sport = rng.choice([*ports, 40_000, 50_000, 60_000], n)
+    dport = rng.choice([*ports, 40_000, 50_000, 60_000], n)
+    enum = pl.Enum(names)
+    packets = pl.DataFrame({
+        "src": pl.Series([names[k] for k in src], dtype=enum), "dst": pl.Series([names[k] for k in dst], dtype=enum),
+        "sport": pl.Series(sport, dtype=pl.UInt16), "dport": pl.Series(dport, dtype=pl.UInt16)})
+    no_ip = np.zeros(n, bool)
+    no_ip[rng.choice(n, 300, replace=False)] = True
+    packets = packets.with_columns(*(pl.when(pl.Series(no_ip)).then(None).otherwise(pl.col(c)).alias(c)
+                                     for c in packets.columns))
+    partition = partition_of_packets(packets, 7, ports)
+    server_of = _servers_by_the_rule(packets, set(ports))
+    assert len(server_of) > 10_000
+    keyed = packets.select(pl.col("src").to_physical().alias("a"), pl.col("dst").to_physical().alias("b")) \
+        .with_columns(partition)
+    partition_of_server: dict[int, int] = {}
+    for a, b, k in keyed.iter_rows():
+        if a is None:
+            assert k == 0
+            continue
+        server = server_of[(min(a, b), max(a, b))]
+        assert partition_of_server.setdefault(server, k) == k
+    loads = np.bincount(partition.to_numpy(), minlength=7)
+    assert loads.sum() == n and loads.min() > 0
+
+
 def test_servers_are_dealt_largest_first_to_the_least_loaded_partition():
     loads = np.array([50, 30, 20, 20, 10, 5, 5])
     assert balanced_partitions(loads, 3).tolist() == [0, 1, 2, 2, 1, 1, 2]

@@ -1,0 +1,105 @@
+"""Unordered address pairs of a capture's packets, in one pass: what deciding its server partitions
+reads (``analyzer.partitions.partition_of_packets``).
+
+Each packet's two address codes (in the capture's address Enum) are keyed as (lower, higher); an
+open-addressing hash table (linear probing, load at most 1/2, doubled when it fills) numbers the
+pairs in first-seen order, and per pair the kernel adds up its packets and whether each of the two
+addresses used a decoder's port in them. The caller keeps one pair number per packet (4 bytes)
+instead of a frame of keys, a group-by and a join (about 66 bytes a packet at their peak, with the
+allocator's retention after them).
+"""
+import numpy as np
+from numba import njit
+
+NO_PAIR = np.uint32(0xFFFFFFFF)  # a packet without two addresses (PAUSE frames, ARP)
+_FIRST_SLOTS = 1 << 12
+
+
+@njit(cache=True, inline="always")
+def _slot(key, mask):
+    h = key * np.uint64(0x9E3779B97F4A7C15)
+    h ^= h >> np.uint64(31)
+    return np.int64(h & np.uint64(mask))
+
+
+@njit(cache=True)
+def _grown(slots, pair_key):
+    """The table at twice its size, every pair found again at its new slot."""
+    grown = np.full(slots.shape[0] * 2, NO_PAIR, np.uint32)
+    mask = grown.shape[0] - 1
+    for s in range(slots.shape[0]):
+        pair = slots[s]
+        if pair != NO_PAIR:
+            t = _slot(pair_key[pair], mask)
+            while grown[t] != NO_PAIR:
+                t = (t + 1) & mask
+            grown[t] = pair
+    return grown
+
+
+@njit(cache=True)
+def address_pairs(src, dst, has_addresses, src_serves, dst_serves):
+    """Per packet (arrays of equal length: address codes, whether it has both, whether its source and
+    destination port is a decoder's): its pair's number (:data:`NO_PAIR` without addresses). Per pair
+    (in first-seen order): lower code, higher code, packets, whether the lower and the higher address
+    used a decoder's port in them (an address that is both ends, sent to itself, serves when either
+    port does)."""
+    n = src.shape[0]
+    pair_of = np.empty(n, np.uint32)
+    slots = np.full(_FIRST_SLOTS, NO_PAIR, np.uint32)
+    room = _FIRST_SLOTS // 2
+    pair_key = np.empty(room, np.uint64)
+    packets = np.zeros(room, np.int64)
+    lo_serves = np.zeros(room, np.bool_)
+    hi_serves = np.zeros(room, np.bool_)
+    count = 0
+    for i in range(n):
+        if not has_addresses[i]:
+            pair_of[i] = NO_PAIR
+            continue
+        a, b = np.uint64(src[i]), np.uint64(dst[i])
+        lo, hi = (a, b) if a <= b else (b, a)
+        key = (lo << np.uint64(32)) | hi
+        mask = slots.shape[0] - 1
+        s = _slot(key, mask)
+        while slots[s] != NO_PAIR and pair_key[slots[s]] != key:
+            s = (s + 1) & mask
+        pair = slots[s]
+        if pair == NO_PAIR:
+            if count == room:  # keep the load at most 1/2: grow the table and the per-pair arrays
+                room *= 2
+                pair_key = _resized(pair_key, room)
+                packets = _resized(packets, room)
+                lo_serves = _resized(lo_serves, room)
+                hi_serves = _resized(hi_serves, room)
+                slots = _grown(slots, pair_key)
+                mask = slots.shape[0] - 1
+                s = _slot(key, mask)
+                while slots[s] != NO_PAIR:
+                    s = (s + 1) & mask
+            pair = np.uint32(count)
+            slots[s] = pair
+            pair_key[pair] = key
+            count += 1
+        pair_of[i] = pair
+        packets[pair] += 1
+        if a == b:
+            either = src_serves[i] or dst_serves[i]
+            lo_serves[pair] |= either
+            hi_serves[pair] |= either
+        elif a < b:
+            lo_serves[pair] |= src_serves[i]
+            hi_serves[pair] |= dst_serves[i]
+        else:
+            lo_serves[pair] |= dst_serves[i]
+            hi_serves[pair] |= src_serves[i]
+    keys = pair_key[:count]
+    return (pair_of, (keys >> np.uint64(32)).astype(np.uint32), (keys & np.uint64(0xFFFFFFFF)).astype(np.uint32),
+            packets[:count].copy(), lo_serves[:count].copy(), hi_serves[:count].copy())
+
+
+@njit(cache=True)
+def _resized(values, size):
+    out = np.zeros(size, values.dtype)
+    out[:values.shape[0]] = values
+    return out
