@@ -9,9 +9,12 @@ the server: every packet to or from it, in one partition.
 
 **The server of a packet** (:func:`partition_of_packets`) is decided per unordered address pair, so
 both directions of every connection, flow and queue pair land together: of the two addresses, the one
-that used a decoder's port (``Protocol.ports``) in its packets with the other is the server. When both
-did (RoCE peers, two LDAP servers replicating) or neither did, the one first seen in the capture (the
-lower code in the capture's address Enum) is. The NFS callback channel, on which the NFS server is the
+that used a decoder's port (``Protocol.ports``) in its packets with the other is the server. When
+neither did, the one the other opened TCP connections to (sent a SYN without ACK) is: so every
+attempt to connect to a port no decoder knows (what ``retry_storm`` counts as SYN retries, per server
+and port) lands with its server. When both did (RoCE peers, two LDAP servers replicating, connections
+opened both ways) or neither did, the one first seen in the capture (the lower code in the capture's
+address Enum) is. The NFS callback channel, on which the NFS server is the
 TCP client, is between the same two addresses as the client's NFS connection, so it stays with its NFS
 server. Packets without addresses (PAUSE frames, ARP) are partition 0's.
 The servers are dealt to the ``n`` partitions largest first, each to the partition with the fewest
@@ -96,7 +99,8 @@ _ADDRESSES = "_address_dtype"  # and the capture's address Enum (an empty column
 
 
 # what partition_ids reads of the packets frame
-PARTITION_COLUMNS = ("frame", "src", "dst", "sport", "dport")
+PARTITION_COLUMNS = ("frame", "src", "dst", "sport", "dport", "tcp_flags")
+SYN, SYN_ACK = 0x02, 0x12  # tcp_flags: a SYN without ACK opens a connection to its destination
 
 
 def caller_packet_columns(*columns: str) -> tuple[str, ...]:
@@ -115,9 +119,12 @@ def partition_of_packets(packets: pl.DataFrame, count: int, ports) -> pl.Series:
     has = (packets["src"].is_not_null() & packets["dst"].is_not_null()).to_numpy()
     src, dst = (packets[c].to_physical().fill_null(0).cast(pl.UInt32).to_numpy() for c in ("src", "dst"))
     src_serves, dst_serves = (served[packets[c].fill_null(0).to_numpy()] for c in ("sport", "dport"))
-    pair_of, lo, hi, loads, lo_serves, hi_serves = address_pairs(src, dst, has, src_serves, dst_serves)
-    del src, dst, src_serves, dst_serves, has
-    server = np.where(hi_serves & ~lo_serves, hi, lo)
+    syn = ((packets["tcp_flags"].fill_null(0) & SYN_ACK) == SYN).to_numpy()
+    pair_of, lo, hi, loads, lo_serves, hi_serves, lo_syn, hi_syn = address_pairs(src, dst, has, src_serves,
+                                                                                 dst_serves, syn)
+    del src, dst, src_serves, dst_serves, has, syn
+    by_port = lo_serves | hi_serves
+    server = np.where(by_port, np.where(hi_serves & ~lo_serves, hi, lo), np.where(hi_syn & ~lo_syn, hi, lo))
     servers, server_of_pair = np.unique(server, return_inverse=True)
     server_loads = np.bincount(server_of_pair, weights=loads, minlength=servers.shape[0]).astype(np.int64)
     order = np.lexsort((servers, -server_loads))  # largest first, the lower code of equals first

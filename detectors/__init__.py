@@ -41,6 +41,9 @@ RESERVED_NAMES = (population.NAME, incidents.NAME)
 
 # what a detector's PARTITION may say (base.py): None, or decomposable by server partition or by client bucket
 PARTITIONS = (None, "server", "client")
+# a detector in two steps (base.py: partial on each partition, finish on their parts concatenated) hands
+# back its parts as "NAME:PART" among the findings of detect_frames
+PART_SEPARATOR = ":"
 # what a detector partitioned by client may read: connection frames (each bucket's own) and the interfaces
 CLIENT_BUCKET_FRAMES = (*CONNECTION_FRAMES, "interfaces")
 
@@ -87,6 +90,10 @@ def check_contract(module) -> None:
     if getattr(module, "PARTITION", None) == "client" and beyond:
         raise TypeError(f"{where}.PARTITION is 'client', but a client bucket holds {', '.join(CLIENT_BUCKET_FRAMES)}, "
                         f"not {', '.join(beyond)}")
+    steps = [callable(getattr(module, a, None)) for a in ("partial", "finish")]
+    if any(steps) and not (all(steps) and getattr(module, "PARTITION", None) == "server"):
+        raise TypeError(f"{where} defines partial or finish: a detector in two steps defines both, with "
+                        f"PARTITION = 'server' (base.py)")
     if getattr(module, "POPULATION", None):
         missing = set(population.REQUIRES) - set(module.REQUIRES)
         if missing:
@@ -210,10 +217,12 @@ def run(capture, only: list[str] | None = None, overrides: dict[str, object] | N
 
     ``found_elsewhere``: detector name -> its findings, already found (``scan --workers`` runs the
     detectors that declare a PARTITION on the workers, :func:`detect_partition`); those are not run
-    again here, and their frames are not built."""
+    again here, and their frames are not built. A detector in two steps is there as its parts
+    ("NAME:PART", each concatenated over the partitions), which its ``finish`` makes its findings
+    here (:func:`finished`)."""
     detectors = available()
     configured = configure(only, overrides)
-    found_elsewhere = found_elsewhere or {}
+    found_elsewhere = finished(found_elsewhere or {}, capture, configured)
     to_run = {n: p for n, p in configured.items() if n not in found_elsewhere}
     last_reader = _last_readers(to_run, detectors) if release else {}
     if release:
@@ -278,10 +287,35 @@ def detect_frames(capture, names: list[str], overrides: dict[str, object] | None
     """The findings of detectors ``names`` on ``capture`` as it is (a partition, or the frames of a client
     bucket, ``analyzer.partitions.FrameSet``), by detector name."""
     detectors = available()
-    configured = configure(names, overrides)
-    return {name: _checked_kinds(detectors[name], detectors[name].detect(
-                CaptureView(capture, name, detectors[name].REQUIRES), params))
-            for name, params in configured.items()}
+    out: dict[str, pl.DataFrame] = {}
+    for name, params in configure(names, overrides).items():
+        module = detectors[name]
+        view = CaptureView(capture, name, module.REQUIRES)
+        if hasattr(module, "partial"):  # in two steps: its parts, finished where they meet (finished)
+            out.update({f"{name}{PART_SEPARATOR}{part}": frame for part, frame in module.partial(view, params).items()})
+        else:
+            out[name] = _checked_kinds(module, module.detect(view, params))
+    return out
+
+
+def finished(found: dict[str, pl.DataFrame], capture, configured: dict[str, object]) -> dict[str, pl.DataFrame]:
+    """``found`` (detector name -> findings, and "NAME:PART" -> the parts of a detector in two steps,
+    each concatenated over the partitions) with each such detector's parts made its findings by its
+    ``finish`` (base.py, PARTITION), which reads of ``capture`` what its REQUIRES allow."""
+    detectors = available()
+    out: dict[str, pl.DataFrame] = {}
+    parts: dict[str, dict[str, pl.DataFrame]] = {}
+    for key, frame in found.items():
+        name, separated, part = key.partition(PART_SEPARATOR)
+        if separated:
+            parts.setdefault(name, {})[part] = frame
+        else:
+            out[key] = frame
+    for name, its_parts in parts.items():
+        module = detectors[name]
+        out[name] = _checked_kinds(module, module.finish(its_parts, CaptureView(capture, name, module.REQUIRES),
+                                                         configured[name]))
+    return out
 
 
 def _last_readers(configured: dict[str, object], detectors: dict) -> dict[str, str]:

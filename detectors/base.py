@@ -17,6 +17,12 @@ A detector is a module in ``detectors/`` with:
   decoded alone; ``packets`` still the whole capture's ``frame``/``ts_ns``, so spans and rates are the
   capture's). ``scan --workers`` then runs it on the workers, beside the decoding, instead of on the
   merged frames; tests/test_partitions.py checks the union against the whole run on the samples.
+  A detector whose findings need a few facts of the whole capture besides (which kinds were answered
+  at all, a median over every server) runs in two steps: ``partial(capture, params)`` returns a dict
+  of frames (its candidates and those facts, of the same columns on every partition), and
+  ``finish(parts, capture, params)`` makes the findings of the parts concatenated over the partitions
+  (reading of ``capture`` no more than ``interfaces``); its ``detect`` is ``finish(partial(...))``, so
+  the whole run and the partitioned one are the same code (``retry_storm``).
   ``"client"`` when they are the union of its findings on each client bucket (every connection of a
   set of client addresses, ``analyzer.partitions.client_buckets``); it then reads only connection
   frames (``CONNECTION_FRAMES``) and ``interfaces``, and ``scan --workers`` runs it on the buckets.

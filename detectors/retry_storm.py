@@ -86,7 +86,9 @@ splitting its chains. Resolvers that fail over to another server show their retr
 
 **Code.** detectors/retry_storm_sends.py builds the sends, detectors/retry_storm_backoff.py classifies
 the ladders (backoff class, phase); this module holds the parameters, chains, episodes, severity and
-wording (``classify_backoff`` and ``in_phase`` are importable from here, with these parameters).
+wording (``classify_backoff`` and ``in_phase`` are importable from here, with these parameters). It
+runs in two steps (``PARTITION``, detectors/base.py): :func:`partial` finds the episodes of the
+servers it is given, :func:`finish` joins in what the whole capture decides and words them.
 """
 from __future__ import annotations
 
@@ -111,6 +113,9 @@ KINDS = PROTOCOL_KINDS + ("tcp_syn",)  # the protocol of the requests (SYN retri
 # registry; TCP's frames (SYN retries, connection RTTs) and the tick
 REQUIRES = (*TRANSACTION_FRAMES, *RESEND_FRAMES, "connections", "tcp_client_syns", "interfaces")
 ORDER = 20  # where it runs and is listed (detectors/__init__.py)
+# chains and episodes are per server: found on each server partition (partial), finished on their parts
+# with what the whole capture decides (finish: relays, each kind's answers and response time; base.py)
+PARTITION = "server"
 
 S = 1_000_000_000
 # the clients' normal pace for a request is known when at least this share of the retried requests show it
@@ -300,6 +305,20 @@ def _default_timer(declared, r: dict) -> str:
     return f" ({known[1]})"
 
 
+# an episode as partial() hands it to finish(): every partition's of the same columns and types
+_EMPTY_EPISODES = pl.DataFrame(schema={
+    "kind": pl.String, "server": pl.String, "server_port": pl.UInt16, "start_ns": pl.Int64, "end_ns": pl.Int64,
+    "first_send_ns": pl.Int64, "clients": pl.UInt32, "chains": pl.UInt32, "sends": pl.UInt32, "retries": pl.UInt32,
+    "chains_ok": pl.UInt32, "operation": pl.String, "resource": pl.String, "n_resources": pl.UInt32,
+    "split_clients": pl.UInt32, "split_addresses": pl.UInt32, "one_split_address": pl.String,
+    "evidence_frames": pl.List(pl.UInt32), "timer_ns": pl.Float64, "median_interval_ns": pl.Float64,
+    "one_client": pl.String, "one_addr": pl.String, "reliable": pl.Boolean, "answered_ok": pl.UInt32,
+    "pace_known": pl.Float64, "speedup": pl.Float64, "normal_gap": pl.Float64, "error_answers": pl.UInt32,
+    "top_error": pl.String, "error_kinds": pl.UInt32, "rtt_srv": pl.Float64, "conn_rtt_ns": pl.Int64,
+    "client_identity": pl.String, "rtt_from_server": pl.Boolean, "amplification": pl.Float64,
+    "backoff": pl.String, "jitter": pl.Boolean, "sync": pl.Float64, "limited": pl.Boolean, "synced": pl.Boolean})
+
+
 def _connection_rtts(conns: pl.DataFrame | None) -> pl.DataFrame:
     """Median TCP handshake RTT of the connections to each server and port (empty without them)."""
     schema = {"server": pl.String, "server_port": pl.UInt16, "conn_rtt_ns": pl.Int64}
@@ -310,16 +329,25 @@ def _connection_rtts(conns: pl.DataFrame | None) -> pl.DataFrame:
 
 
 def detect(capture, params: Params = Params()) -> pl.DataFrame:
+    return finish(partial(capture, params), capture, params)
+
+
+def partial(capture, params: Params = Params()) -> dict[str, pl.DataFrame]:
+    """What one server partition of the capture contributes (base.py, PARTITION): its episodes, as far
+    as their servers decide them, and what only the whole capture decides, for :func:`finish`:
+    ``answered`` (the kinds with an answer), ``servers`` (the addresses serving each kind: a client
+    among them is a relay) and ``latencies`` (of the requests answered on the first try: the
+    response time of an episode's kind where its own server has none)."""
     frames = transaction_frames(capture)
     sends = transaction_sends(capture, frames) if frames else pl.DataFrame(schema=SEND_SCHEMA)
     syns, conns = syn_sends(capture)
     sends = pl.concat([sends, syns]) if syns.height else sends
-    if sends.height < params.min_retries + 1:
-        return empty_findings()
     # protocols with at least one answer: without any, the capture misses a direction
-    answered_kinds = set(sends.select(pl.col("kind").filter(pl.col("answered")).unique())["kind"].to_list())
-    servers = sends.select("kind", pl.col("server").alias("one_addr")).unique().with_columns(
-        pl.lit(True).alias("relay"))
+    answered = sends.select(pl.col("kind").filter(pl.col("answered")).unique())
+    servers = sends.select("kind", pl.col("server").alias("one_addr")).unique()
+    if sends.height == 0:
+        return {"episodes": _EMPTY_EPISODES, "answered": answered, "servers": servers,
+                "latencies": sends.select("kind", "latency_ns")}
     sends = sends.with_row_index("_row")
     # only addresses with a send that was not answered successfully, or answered only after the address's
     # next send to that server, can have retried (cheap filter before the client identity and the sort)
@@ -360,9 +388,10 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
         pl.col("ok_ts").is_not_null() & pl.col("latency_ns").is_not_null()).collect().join(
         narrow, on="_row", how="anti")
     rtt_srv = first_try.group_by("kind", "server").agg(pl.col("latency_ns").median().alias("rtt_srv"))
-    rtt_kind = first_try.group_by("kind").agg(pl.col("latency_ns").median().alias("rtt_kind"))
+    out = {"episodes": _EMPTY_EPISODES, "answered": answered, "servers": servers,
+           "latencies": first_try.select("kind", "latency_ns")}
     if narrow.height == 0:
-        return empty_findings()
+        return out
     s = sub.join(narrow, on="_row", how="inner").sort("chain", "ts", "_row")
     retried = s.group_by("chain").agg(
         pl.col("kind").first(), pl.col("client_id").first(), pl.col("client_identity").first(),
@@ -411,15 +440,12 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
         pl.col("_errs").list.n_unique().alias("error_kinds"),
     ).drop("_errs").filter(pl.col("retries") >= params.min_retries).sort("start_ns")
     if eps.height == 0:
-        return empty_findings()
-    eps = (eps.join(rtt_srv, on=["kind", "server"], how="left").join(rtt_kind, on="kind", how="left")
+        return out
+    eps = (eps.join(rtt_srv, on=["kind", "server"], how="left")
            .join(_connection_rtts(conns), on=["server", "server_port"], how="left")
-           .join(servers, on=["kind", "one_addr"], how="left")
-           .with_columns((pl.col("relay").fill_null(False) & (pl.col("clients") == 1)).alias("relay"))
            .with_columns(pl.when(pl.col("split_clients") * 2 > pl.col("clients")).then(pl.lit("address+port"))
                          .otherwise(pl.lit("address")).alias("client_identity"),
                          pl.col("rtt_srv").is_not_null().alias("rtt_from_server"),
-                         pl.coalesce("rtt_srv", "rtt_kind").alias("rtt_ns"),
                          (pl.col("sends") / pl.col("chains")).alias("amplification")))
     # backoff class and phase per episode (episodes are few: a Python loop over them)
     ep_ids = eps["episode"].to_list()
@@ -444,8 +470,28 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
         pl.Series("jitter", extra_cols["jitter"], dtype=pl.Boolean),
         pl.Series("sync", extra_cols["sync"], dtype=pl.Float64),
         pl.Series("limited", extra_cols["limited"], dtype=pl.Boolean),
-        pl.col("kind").is_in(list(answered_kinds)).alias("answered_any_proto"),
     ).with_columns((pl.col("sync") <= params.sync_ratio).fill_null(False).alias("synced"))
+    out["episodes"] = eps.drop("episode").select(_EMPTY_EPISODES.columns).cast(_EMPTY_EPISODES.schema)
+    return out
+
+
+def finish(parts: dict[str, pl.DataFrame], capture, params: Params = Params()) -> pl.DataFrame:
+    """The findings of the episodes :func:`partial` found (on the whole capture, or on each server
+    partition, its frames concatenated): what the whole capture decides joined in (relays, the kinds'
+    response times and answers), then the severity and the sentence."""
+    eps = parts["episodes"]
+    if eps.height == 0:
+        return empty_findings()
+    rtt_kind = parts["latencies"].group_by("kind").agg(pl.col("latency_ns").median().alias("rtt_kind"))
+    servers = parts["servers"].unique().with_columns(pl.lit(True).alias("relay"))
+    answered_kinds = set(parts["answered"]["kind"].to_list())
+    res_ns = resolution_ns(capture)
+    eps = (eps.sort("start_ns", "kind", "server", "server_port", "first_send_ns", "end_ns")
+           .join(rtt_kind, on="kind", how="left", maintain_order="left")
+           .join(servers, on=["kind", "one_addr"], how="left", maintain_order="left")
+           .with_columns((pl.col("relay").fill_null(False) & (pl.col("clients") == 1)).alias("relay"),
+                         pl.coalesce("rtt_srv", "rtt_kind").alias("rtt_ns"),
+                         pl.col("kind").is_in(list(answered_kinds)).alias("answered_any_proto")))
     # severity
     A, N, R = pl.col("amplification"), pl.col("clients"), pl.col("retries")
     medium = (((A >= params.medium_amplification) & (N >= params.medium_clients))

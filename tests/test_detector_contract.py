@@ -206,7 +206,26 @@ def test_contract_violations_are_refused(throwaway):
     bad.PARTITION = "client"  # a client bucket holds connection frames, not packets
     with pytest.raises(TypeError, match="client bucket holds .* not packets"):
         detectors.register(bad)
+    bad.PARTITION, bad.partial = "server", lambda capture, params: {}  # two steps: partial without finish
+    with pytest.raises(TypeError, match="partial or finish"):
+        detectors.register(bad)
+    bad.PARTITION, bad.finish = None, lambda parts, capture, params: parts  # both, but not by server
+    with pytest.raises(TypeError, match="partial or finish"):
+        detectors.register(bad)
     assert "bad" not in detectors.available()
+
+
+def test_a_detector_in_two_steps_is_its_finish_of_its_partial():
+    """retry_storm runs in two steps (base.py, PARTITION): its parts, as a partition hands them back,
+    finished where they meet, are its findings."""
+    module = detectors.available()["retry_storm"]
+    with open_capture(SAMPLES / "dns-retry-storm.pcapng") as cap:
+        whole = detectors.run(cap, only=["retry_storm"])
+        parts = detectors.detect_frames(cap, ["retry_storm"])
+        assert sorted(parts) == [f"retry_storm:{p}" for p in ("answered", "episodes", "latencies", "servers")]
+        again = detectors.run(cap, only=["retry_storm"], found_elsewhere=parts)
+    assert whole.height and again.to_dicts() == whole.to_dicts()
+    assert module.finish({k.partition(":")[2]: f.head(0) for k, f in parts.items()}, None).height == 0
 
 
 def test_population_reads_only_what_it_declares_and_its_detectors_require_it():

@@ -44,6 +44,7 @@ CAPTURES = [
     "dns-retry-storm.pcapng",  # a client failing over between resolvers
     "tcp-incast.pcap",  # one client, many servers
     "eval/dns-herd-dnsmasq-50.pcap",
+    "eval/tcp-syn-loss-population.pcap",  # SYN retries to a port no decoder knows, from many clients
 ]
 NAMES = [n for n in detectors.required_frames() if n not in READER_FRAMES]
 
@@ -190,24 +191,34 @@ def test_a_partition_holds_a_server_and_every_packet_of_its_clients():
 
 def _servers_by_the_rule(packets: pl.DataFrame, ports: set[int]) -> dict[tuple[int, int], int]:
     """The module doc's rule, pair by pair in Python: of an address pair, the one that used a decoder's
-    port with the other serves; when both or neither did, the lower code."""
+    port with the other serves; when neither did, the one sent a SYN; when both or neither, the lower code."""
     serves: dict[tuple[int, int], list[bool]] = {}
-    rows = packets.select(pl.col("src").to_physical(), pl.col("dst").to_physical(), "sport", "dport").iter_rows()
-    for a, b, sport, dport in rows:
+    rows = packets.select(pl.col("src").to_physical(), pl.col("dst").to_physical(), "sport", "dport",
+                          "tcp_flags").iter_rows()
+    for a, b, sport, dport, flags in rows:
         if a is None or b is None:
             continue
-        flags = serves.setdefault((min(a, b), max(a, b)), [False, False])
+        pair = serves.setdefault((min(a, b), max(a, b)), [False, False, False, False])
         for address, port in ((a, sport), (b, dport)):
             if port in ports:
-                flags[0] |= address == min(a, b)
-                flags[1] |= address == max(a, b)
-    return {pair: pair[1] if hi and not lo else pair[0] for pair, (lo, hi) in serves.items()}
+                pair[0] |= address == min(a, b)
+                pair[1] |= address == max(a, b)
+        if (flags or 0) & 0x12 == 0x02:  # a SYN without ACK: to b
+            pair[2] |= b == min(a, b)
+            pair[3] |= b == max(a, b)
+
+    def server(pair, lo, hi, lo_syn, hi_syn):
+        if lo or hi:
+            return pair[1] if hi and not lo else pair[0]
+        return pair[1] if hi_syn and not lo_syn else pair[0]
+    return {pair: server(pair, *flags) for pair, flags in serves.items()}
 
 
 def test_the_servers_of_many_pairs_are_the_rules():
     """Thousands of pairs (the pair table grows several times), addresses talking to themselves, packets
-    without addresses and without ports: every pair goes to its server's partition, a packet without
-    addresses to partition 0, and each server's packets stay together."""
+    without addresses and without ports, SYNs to ports no decoder knows: every pair goes to its
+    server's partition, a packet without addresses to partition 0, and each server's packets stay
+    together."""
     rng = np.random.default_rng(7)
     n, addresses = 40_000, 3_000
     names = [f"10.{k // 250}.{k % 250}.1" for k in range(addresses)]
@@ -219,7 +230,8 @@ def test_the_servers_of_many_pairs_are_the_rules():
     enum = pl.Enum(names)
     packets = pl.DataFrame({
         "src": pl.Series([names[k] for k in src], dtype=enum), "dst": pl.Series([names[k] for k in dst], dtype=enum),
-        "sport": pl.Series(sport, dtype=pl.UInt16), "dport": pl.Series(dport, dtype=pl.UInt16)})
+        "sport": pl.Series(sport, dtype=pl.UInt16), "dport": pl.Series(dport, dtype=pl.UInt16),
+        "tcp_flags": pl.Series(rng.choice([0x02, 0x12, 0x10, 0x18, 0x04], n), dtype=pl.UInt16)})
     no_ip = np.zeros(n, bool)
     no_ip[rng.choice(n, 300, replace=False)] = True
     packets = packets.with_columns(*(pl.when(pl.Series(no_ip)).then(None).otherwise(pl.col(c)).alias(c)

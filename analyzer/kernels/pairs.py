@@ -3,8 +3,8 @@ reads (``analyzer.partitions.partition_of_packets``).
 
 Each packet's two address codes (in the capture's address Enum) are keyed as (lower, higher); an
 open-addressing hash table (linear probing, load at most 1/2, doubled when it fills) numbers the
-pairs in first-seen order, and per pair the kernel adds up its packets and whether each of the two
-addresses used a decoder's port in them. The caller keeps one pair number per packet (4 bytes)
+pairs in first-seen order, and per pair the kernel adds up its packets, whether each of the two
+addresses used a decoder's port in them, and whether each was sent a TCP SYN (without ACK) in them. The caller keeps one pair number per packet (4 bytes)
 instead of a frame of keys, a group-by and a join (about 66 bytes a packet at their peak, with the
 allocator's retention after them).
 """
@@ -38,12 +38,12 @@ def _grown(slots, pair_key):
 
 
 @njit(cache=True)
-def address_pairs(src, dst, has_addresses, src_serves, dst_serves):
+def address_pairs(src, dst, has_addresses, src_serves, dst_serves, syn):
     """Per packet (arrays of equal length: address codes, whether it has both, whether its source and
-    destination port is a decoder's): its pair's number (:data:`NO_PAIR` without addresses). Per pair
-    (in first-seen order): lower code, higher code, packets, whether the lower and the higher address
-    used a decoder's port in them (an address that is both ends, sent to itself, serves when either
-    port does)."""
+    destination port is a decoder's, whether it opens a TCP connection): its pair's number
+    (:data:`NO_PAIR` without addresses). Per pair (in first-seen order): lower code, higher code,
+    packets, whether the lower and the higher address used a decoder's port in them (an address that
+    is both ends, sent to itself, serves when either port does), and whether each was sent a SYN."""
     n = src.shape[0]
     pair_of = np.empty(n, np.uint32)
     slots = np.full(_FIRST_SLOTS, NO_PAIR, np.uint32)
@@ -52,6 +52,8 @@ def address_pairs(src, dst, has_addresses, src_serves, dst_serves):
     packets = np.zeros(room, np.int64)
     lo_serves = np.zeros(room, np.bool_)
     hi_serves = np.zeros(room, np.bool_)
+    lo_syn = np.zeros(room, np.bool_)
+    hi_syn = np.zeros(room, np.bool_)
     count = 0
     for i in range(n):
         if not has_addresses[i]:
@@ -72,6 +74,8 @@ def address_pairs(src, dst, has_addresses, src_serves, dst_serves):
                 packets = _resized(packets, room)
                 lo_serves = _resized(lo_serves, room)
                 hi_serves = _resized(hi_serves, room)
+                lo_syn = _resized(lo_syn, room)
+                hi_syn = _resized(hi_syn, room)
                 slots = _grown(slots, pair_key)
                 mask = slots.shape[0] - 1
                 s = _slot(key, mask)
@@ -87,15 +91,20 @@ def address_pairs(src, dst, has_addresses, src_serves, dst_serves):
             either = src_serves[i] or dst_serves[i]
             lo_serves[pair] |= either
             hi_serves[pair] |= either
+            lo_syn[pair] |= syn[i]
+            hi_syn[pair] |= syn[i]
         elif a < b:
             lo_serves[pair] |= src_serves[i]
             hi_serves[pair] |= dst_serves[i]
+            hi_syn[pair] |= syn[i]
         else:
             lo_serves[pair] |= dst_serves[i]
             hi_serves[pair] |= src_serves[i]
+            lo_syn[pair] |= syn[i]
     keys = pair_key[:count]
     return (pair_of, (keys >> np.uint64(32)).astype(np.uint32), (keys & np.uint64(0xFFFFFFFF)).astype(np.uint32),
-            packets[:count].copy(), lo_serves[:count].copy(), hi_serves[:count].copy())
+            packets[:count].copy(), lo_serves[:count].copy(), hi_serves[:count].copy(), lo_syn[:count].copy(),
+            hi_syn[:count].copy())
 
 
 @njit(cache=True)
