@@ -27,7 +27,7 @@ from numba import njit
 
 from .decoders.protocol import Protocol
 from .message_set import KEPT_COLUMNS, MESSAGE_COLUMNS, TRANSPORTS, MessageSet  # noqa: F401 - re-exported
-from .tcp import tcp_messages
+from .tcp import connection_batches, tcp_messages
 
 
 def _udp_packets(cap) -> pl.DataFrame:
@@ -263,6 +263,30 @@ def protocol_message_sets(cap, proto: Protocol, *, only_conns=None) -> list[Mess
         sets += tcp_sets
     return sets
 
+
+
+# Captured payload framed at a time by the decoders that frame in batches (analyzer.tcp.connection_batches:
+# HTTP, SMB2). HTTP's first framing copies up to its HEADER_COPY_BYTES of every message, bodies within
+# them included: 54 MB at once for the 37k messages of web traffic of the 1M synth capture (287 MB of
+# payload); SMB2's up to 8 KiB of each: 618 MB at once for the SMB2 server's partition of the 10M synth
+# capture. Batch by batch, memory holds one batch's copies and what was decoded from the others. Each
+# batch costs a framing call (~25 ms): on the 1M synth, 64 MiB is 5 HTTP batches, the scan's peak
+# 626 -> 582-589 MB at no cost in time; 16 MiB is 18 batches, 559-572 MB and 0.3 s more.
+FRAMING_BATCH_BYTES = 64 << 20
+
+
+def message_set_batches(cap, proto: Protocol, batch_bytes: int):
+    """:func:`protocol_message_sets` of a protocol over TCP alone, a batch of its connections at a time
+    (``analyzer.tcp.connection_batches``: about ``batch_bytes`` of captured payload each, ascending
+    connection ids), as lists of sets: a decoder that decodes each list and drops it before the next
+    holds one batch's copied bytes at a time. Concatenated in order, the batches' sets hold the rows
+    of the sets framed at once, in their order (a set's rows go by connection, then by stream). A
+    protocol with UDP ports, whose datagrams are not framed by connection, comes in one list."""
+    if proto.udp_ports:
+        yield protocol_message_sets(cap, proto)
+        return
+    for batch in connection_batches(cap, set(proto.tcp_ports), batch_bytes):
+        yield protocol_message_sets(cap, proto, only_conns=batch)
 
 
 def _peer_pairs(sets: list[MessageSet]) -> pl.DataFrame | None:

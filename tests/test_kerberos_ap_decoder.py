@@ -273,9 +273,47 @@ def test_remembered_tokens_are_the_framed_again_tokens(monkeypatch):
         with open_capture(path) as cap:
             kept.append(cap.frame("kerberos_ap"))
             assert kerberos_ap_tokens.remembered(cap, "smb2_messages")  # the SESSION_SETUP tokens were kept
-    monkeypatch.setattr(kerberos_ap_tokens, "remember", lambda *args: None)
+    monkeypatch.setattr(kerberos_ap_tokens, "keep", lambda *args: None)  # what remember calls too
     for path, want in zip(paths, kept):
         with open_capture(path) as cap:
             again = cap.frame("kerberos_ap")
             assert kerberos_ap_tokens.remembered(cap, "smb2_messages") is None
         assert again.filter(pl.col("carrier") == "smb2").height > 0 and again.equals(want), path
+
+
+def _tokens(sets) -> list[tuple]:
+    """Token sets' rows (but the offset into their set's buffer) with each token's bytes."""
+    return [(*row[:-2], bytes(ms.buf[row[-2]:row[-2] + row[-1]])) for ms in sets or ()
+            for row in ms.frame.select(pl.exclude("offset", "length"), "offset", "length").iter_rows()]
+
+
+@pytest.mark.parametrize("batch_bytes", [1, 5_000, 1 << 40])
+def test_smb2_decoded_in_batches_is_smb2_decoded_at_once(monkeypatch, batch_bytes):
+    """smb2_messages and the SESSION_SETUP tokens kerberos_ap reads are the same whether SMB2 is framed
+    a batch of ``batch_bytes`` of payload at a time (down to one connection per batch) or at once
+    (``smb2.decode_messages`` of every set)."""
+    from analyzer.decoders import kerberos_ap_tokens, smb2
+    from analyzer.tcp import connection_batches
+    monkeypatch.setattr(smb2, "FRAMING_BATCH_BYTES", batch_bytes)
+    root = Path(__file__).parent.parent
+    most = 0  # connections of a capture decoded one per batch
+    for path in (CORPUS / "zeek/krb/smb2_krb.pcap", REVIEW / "suricata-verify/smb2-09-trunc-file-logging/input.pcap",
+                 root / "samples" / "smb2-break-queue.pcap", root / "samples" / "smb2-toctou.pcap"):
+        with open_capture(path) as cap:
+            sets = smb2.message_sets(cap)
+            want = smb2.decode_messages(sets)
+            want_tokens = kerberos_ap_tokens.carried("smb2_messages", sets, want)
+            batches = connection_batches(cap, set(smb2.PROTOCOL.tcp_ports), batch_bytes)
+            assert cap.frame("smb2_messages").equals(want), path
+            got_tokens = kerberos_ap_tokens.remembered(cap, "smb2_messages")
+            assert _tokens(got_tokens) == _tokens(want_tokens), path  # each batch's buffer its own: offsets differ
+            ap = cap.frame("kerberos_ap")
+        if batch_bytes == 1:
+            assert len(batches) == want["flow"].n_unique()
+            most = max(most, len(batches))
+        monkeypatch.setattr(kerberos_ap_tokens, "keep", lambda *args: None)  # framed again: the same tokens
+        with open_capture(path) as cap:
+            assert cap.frame("kerberos_ap").equals(ap), path
+        monkeypatch.undo()
+        monkeypatch.setattr(smb2, "FRAMING_BATCH_BYTES", batch_bytes)
+    assert batch_bytes != 1 or most > 5

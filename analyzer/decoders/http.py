@@ -37,7 +37,7 @@ import polars as pl
 
 from ..capture import frame_builder
 from ..message_set import MessageSet
-from ..messages import KEPT_COLUMNS, protocol_message_sets
+from ..messages import FRAMING_BATCH_BYTES, KEPT_COLUMNS, protocol_message_sets
 from ..tcp import connection_batches, tcp_messages
 from ..schema import FRAMES, Column, column, empty_frame
 from . import ber
@@ -94,13 +94,6 @@ FRAMES.setdefault("http_messages", MESSAGE_COLUMNS)  # descriptions for ``herdsc
 # block, so a message whose empty line lies within this prefix decodes the same; the connections of
 # the others are framed again with the default copy (see _decoded_capture).
 HEADER_COPY_BYTES = 4096
-# Captured payload framed at a time (analyzer.tcp.connection_batches): the first framing copies up to
-# HEADER_COPY_BYTES of every message, bodies within them included: 54 MB at once for the 37k messages
-# of web traffic of the 1M synth capture (287 MB of payload), and in proportion on a capture of more.
-# Batch by batch, memory holds one batch's copies and the messages and tokens decoded from the others.
-# Each batch costs a framing call (~25 ms): on the 1M synth, 64 MiB is 5 batches, the scan's peak
-# 626 -> 582-589 MB at no cost in time; 16 MiB is 18 batches, 559-572 MB and 0.3 s more.
-FRAMING_BATCH_BYTES = 64 << 20
 
 _NO_BYTES = np.zeros(0, np.uint8)
 _STR_NAMES = ("method", "target", "reason", "host", "authorization", "www_authenticate")

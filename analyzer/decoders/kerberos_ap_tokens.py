@@ -72,13 +72,27 @@ def remember(cap, messages_frame: str, sets: list[MessageSet], frame: pl.DataFra
     """Keep the tokens of ``sets`` (all of a protocol's message sets, ``frame`` the messages frame
     built from them) for kerberos_ap, when a carrier's kernel is registered for that frame; none
     (and the kernel not even loaded) when no row of ``frame`` can carry a token."""
+    keep(cap, messages_frame, carried(messages_frame, sets, frame))
+
+
+def carried(messages_frame: str, sets: list[MessageSet], frame: pl.DataFrame) -> list[MessageSet] | None:
+    """The token sets of ``sets`` (``frame`` the messages decoded from them; all of a protocol's sets,
+    or one batch of its connections), compacted: what :func:`keep` keeps. None when no carrier's
+    kernel is registered for ``messages_frame``; empty (the kernel not even loaded) when no row of
+    ``frame`` can carry a token."""
     registered = _KERNELS.get(messages_frame)
-    memo = getattr(cap, "memo", None)
-    if registered is None or memo is None:
-        return
+    if registered is None:
+        return None
     kernel, wanted = registered
-    memo(_memo_key(messages_frame),
-         lambda: token_sets(sets, kernel, compact=True) if frame.filter(wanted).height else [])
+    return token_sets(sets, kernel, compact=True) if frame.filter(wanted).height else []
+
+
+def keep(cap, messages_frame: str, tokens: list[MessageSet] | None) -> None:
+    """Keep these token sets (:func:`carried`, of every set of the protocol, in the order of its sets)
+    for kerberos_ap; nothing when there is no carrier (None) or ``cap`` keeps no memos."""
+    memo = getattr(cap, "memo", None)
+    if tokens is not None and memo is not None:
+        memo(_memo_key(messages_frame), lambda: tokens)
 
 
 def remembered(cap, messages_frame: str) -> list[MessageSet] | None:

@@ -24,7 +24,8 @@ import polars as pl
 import pyarrow as pa
 
 from ..capture import frame_builder
-from ..messages import KEPT_COLUMNS, MESSAGE_COLUMNS as _SET_COLUMNS, protocol_message_sets
+from ..messages import FRAMING_BATCH_BYTES, KEPT_COLUMNS, MESSAGE_COLUMNS as _SET_COLUMNS, message_set_batches
+from ..messages import protocol_message_sets
 from ..messages import MessageSet
 from ..schema import FRAMES, Column, column, empty_frame
 from .protocol import Protocol
@@ -311,10 +312,10 @@ def _info_class_name() -> pl.Expr:
                        pl.when(pl.col("info_class").is_not_null()).then(security)).alias("info_class_name")
 
 
-def decode_messages(sets: Sequence[MessageSet]) -> pl.DataFrame:
-    """The ``smb2_messages`` frame of NBSS message sets: one row per SMB2 header (see module doc)."""
+def decode_messages(sets: Sequence[MessageSet], first: int = 0) -> pl.DataFrame:
+    """The ``smb2_messages`` frame of NBSS message sets: one row per SMB2 header (see module doc);
+    ``first``: the number (``message``) of the sets' first message (the messages before them)."""
     frames = []
-    first = 0
     for ms in sets:
         if not isinstance(ms, MessageSet):
             raise TypeError(f"expected MessageSet, got {type(ms).__name__}")
@@ -326,7 +327,11 @@ def decode_messages(sets: Sequence[MessageSet]) -> pl.DataFrame:
     if not frames:
         return empty_messages()
     frame = pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0]
-    return frame.sort("frame_last", "message", "chain_index", maintain_order=True)
+    return frame.sort(MESSAGE_ORDER, maintain_order=True)
+
+
+# the order of smb2_messages' rows (message and chain_index make it total)
+MESSAGE_ORDER = ("frame_last", "message", "chain_index")
 
 
 # --- registration --------------------------------------------------------------------------------
@@ -360,10 +365,22 @@ FRAMES.setdefault("smb2_breaks", BREAK_COLUMNS)
 
 @frame_builder("smb2_messages")
 def _build_messages(cap) -> pl.DataFrame:
-    sets = message_sets(cap)
-    frame = decode_messages(sets)
-    kerberos_ap_tokens.remember(cap, "smb2_messages", sets, frame)  # SESSION_SETUP tokens: not framed again
-    return frame
+    """Decoded a batch of connections at a time (:data:`FRAMING_BATCH_BYTES`), each batch's copied
+    bytes dropped before the next; the messages (numbered in the order of the sets framed at once,
+    ``analyzer.messages.message_set_batches``) and the SESSION_SETUP tokens kerberos_ap reads (not
+    framed again) are those of the whole sets."""
+    frames, tokens, first = [], [], 0
+    for sets in message_set_batches(cap, PROTOCOL, FRAMING_BATCH_BYTES):
+        frame = decode_messages(sets, first)
+        first += sum(ms.height for ms in sets)
+        found = kerberos_ap_tokens.carried("smb2_messages", sets, frame)
+        tokens = None if found is None else tokens + found
+        frames.append(frame)
+        del sets
+    kerberos_ap_tokens.keep(cap, "smb2_messages", tokens)
+    if not frames:
+        return empty_messages()
+    return pl.concat(frames, how="vertical_relaxed").sort(MESSAGE_ORDER, maintain_order=True)
 
 
 @frame_builder("smb2_transactions")
