@@ -4,9 +4,9 @@ reads (``analyzer.partitions.partition_of_packets``).
 Each packet's two address codes (in the capture's address Enum) are keyed as (lower, higher); an
 open-addressing hash table (linear probing, load at most 1/2, doubled when it fills) numbers the
 pairs in first-seen order, and per pair the kernel adds up its packets, whether each of the two
-addresses used a decoder's port in them, and whether each was sent a TCP SYN (without ACK) in them. The caller keeps one pair number per packet (4 bytes)
-instead of a frame of keys, a group-by and a join (about 66 bytes a packet at their peak, with the
-allocator's retention after them).
+addresses used a decoder's port in them, and whether each was sent a TCP SYN (without ACK) in them.
+The caller keeps one pair number per packet (4 bytes) instead of a frame of keys, a group-by and a
+join (about 66 bytes a packet at their peak, with the allocator's retention after them).
 """
 import numpy as np
 from numba import njit
