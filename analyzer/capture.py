@@ -17,6 +17,7 @@ import polars as pl
 from . import progress
 from .ingest import DEFAULT_CHUNK_RECORDS, PacketTables, ReadReport, read_tables
 from .joined_map import join
+from .kernels.silences import KEEP_EVERY_TIME, thinned_times
 from .source import CaptureBytes
 
 # frame name -> function(capture) -> DataFrame. Later layers register theirs at import time; they are
@@ -46,11 +47,11 @@ class Capture:
 
     def __init__(self, path: str | os.PathLike, *, chunk_records: int = DEFAULT_CHUNK_RECORDS,
                  progress: bool | None = None, kept=None, packet_columns: tuple[str, ...] | None = None,
-                 _parts=None):
+                 silence_ns: int | None = KEEP_EVERY_TIME, _parts=None):
         self.path = os.fspath(path)
         if _parts is None:
             data, tables = read_tables(self.path, chunk_records=chunk_records, progress=progress, kept=kept,
-                                       packet_columns=packet_columns)
+                                       packet_columns=packet_columns, silence_ns=silence_ns)
         else:
             data, tables = _parts
         self._data: CaptureBytes = data
@@ -71,7 +72,8 @@ class Capture:
         self.selection: dict | None = None  # what --start/--end/--host/--port kept (analyzer/selection.py)
         # (file, frames before it in this capture's numbering, its frame count), in numbering order
         self.pieces: list[tuple[str, int, int]] = [(self.path, 0, tables.packets.height)]
-        # read in part (ReadPart): (frame, ts_ns) of every selected packet of the whole capture
+        # read in part (ReadPart): (frame, ts_ns) of the selected packets of the whole capture, every
+        # one, or as many as its span and silences of ReadPart.silence_ns need (analyzer.kernels.silences)
         self.whole_times: pl.DataFrame | None = tables.times
 
     # -- bytes ---------------------------------------------------------------------------------
@@ -320,6 +322,9 @@ class ReadPart:
     index: int  # the partition to keep
     interfaces: pl.DataFrame  # the whole reading's (its tick is inferred from every packet)
     address_types: dict[str, dict[str, pl.DataType]]  # frame -> column -> the whole reading's Enum
+    # of the whole reading's packet times, keep those its span and silences this long need
+    # (analyzer.kernels.silences: SPAN_ONLY_NS, the ends; None, every time)
+    silence_ns: int | None = KEEP_EVERY_TIME
 
 
 def _open_part(part: ReadPart, **options) -> Capture:
@@ -328,7 +333,8 @@ def _open_part(part: ReadPart, **options) -> Capture:
     try:
         for path, base, count in part.pieces:
             ids = part.ids[base:base + count]
-            caps.append(open_capture(path, kept=(ids == part.index, ids != UNSELECTED), **options))
+            caps.append(open_capture(path, kept=(ids == part.index, ids != UNSELECTED), silence_ns=part.silence_ns,
+                                     **options))
     except BaseException:
         for c in caps:
             c.close()
@@ -344,7 +350,7 @@ def _open_part(part: ReadPart, **options) -> Capture:
             cap.set_frame(name, frame.with_columns(recast))
     cap.set_frame("interfaces", part.interfaces)
     cap.pieces = [tuple(p) for p in part.pieces]
-    cap.whole_times = pl.concat(times)
+    cap.whole_times = thinned_times(pl.concat(times), part.silence_ns)
     return cap
 
 

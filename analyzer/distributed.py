@@ -35,6 +35,7 @@ import polars as pl
 
 from .capture import ReadPart, open_captures
 from .errors import ClusterFailure
+from .kernels.silences import KEEP_EVERY_TIME
 from .partitions import (FrameSet, client_buckets, connection_maps, decode_partition, merge_frames, partition_ids,
                          read_part)
 
@@ -172,7 +173,7 @@ def _bucket(result, j: int):
 
 def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: tuple[str, ...] = (),
                   client_then=None, shared: dict | None = None, packet_columns: tuple[str, ...] | None = None,
-                  partitions: int | None = None) -> tuple[dict, dict]:
+                  partitions: int | None = None, silence_ns: int | None = KEEP_EVERY_TIME) -> tuple[dict, dict]:
     """The frames ``names`` of ``cap`` (read whole here, its selection applied), decoded partition by
     partition on ``client``'s cluster, each worker reading its partition's packets alone from the
     files, and merged: the same frames as a single process builds (``analyzer.partitions``); and the
@@ -182,12 +183,13 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
     frames come back through a temporary directory. ``packet_columns``: what the caller still reads of
     ``cap.packets`` once the partitions are decided (the rest is freed while the workers decode,
     ``Capture.release``: nothing more is built from ``cap``; the merged frames are set on it).
-    ``partitions``: how many (default :data:`PARTITIONS_PER_THREAD` per worker thread). ``client`` may
-    be :class:`InProcess`."""
+    ``partitions``: how many (default :data:`PARTITIONS_PER_THREAD` per worker thread). ``silence_ns``:
+    what ``then`` reads of the whole capture's packet times (:func:`analyzer.partitions.read_part`; by
+    default every one). ``client`` may be :class:`InProcess`."""
     count = partitions or _threads(client) * PARTITIONS_PER_THREAD
     client_frames = tuple(client_frames) if client_then is not None else ()
     ids = partition_ids(cap, count)
-    reads = [read_part(cap, None, k) for k in range(count)]
+    reads = [read_part(cap, None, k, silence_ns) for k in range(count)]
     if packet_columns is not None:
         cap.release((), packet_columns)
     cap.forget_pages()  # the partitions map the files again; these pages come back if read

@@ -20,6 +20,7 @@ from .kernels.details import ICMP_ERROR_TYPES, ICMPV6_ERROR_TYPES, icmp_quotes, 
 from .kernels.headers import allocate_headers
 from .kernels.intern import AddressTable
 from .kernels.reading import STOP_TABLE_FULL, read_pcap, read_pcapng
+from .kernels.silences import KEEP_EVERY_TIME, thinned_times
 from .resolution import effective_resolution
 from .schema import (ICMP_ERROR_COLUMNS, INTERFACE_COLUMNS, PACKET_COLUMNS, PARSE_STATUS_NAMES,
                      TCP_SACK_COLUMNS, ParseStatus, Present, empty_frame)
@@ -302,7 +303,8 @@ def part_arrays(kept: tuple[np.ndarray, np.ndarray] | None, capacity: int, first
 
 def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: bool | None = None,
                 data: CaptureBytes | None = None, kept: tuple[np.ndarray, np.ndarray] | None = None,
-                packet_columns: tuple[str, ...] | None = None) -> tuple[CaptureBytes, PacketTables]:
+                packet_columns: tuple[str, ...] | None = None, silence_ns: int | None = KEEP_EVERY_TIME
+                ) -> tuple[CaptureBytes, PacketTables]:
     """Read every record of ``path``. Raises :class:`UnreadableCapture` when the file is not a capture
     at all; damage inside a capture is reported in the returned :class:`ReadReport`.
 
@@ -312,7 +314,8 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
     decoded, nor their addresses interned (the caller casts the addresses to the whole reading's Enum),
     ``analyzer.kernels.reading``. The report's record and walker counts are the whole file's, its
     ``parse_status`` the kept rows'; the interfaces frame is inferred from the kept rows only (the
-    caller replaces it)."""
+    caller replaces it). ``silence_ns``: the ``times`` thinned, chunk by chunk, to the span and the
+    silences of at least that long (``analyzer.kernels.silences``; None: every timed record's)."""
     data = data or open_bytes(path)
     buf = data.buf
     fmt = detect(bytes(buf[:PCAP_FILE_HEADER_LEN]))
@@ -362,7 +365,8 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
                 addresses.grow()
                 part = part[:4] + (walked,) + part[5:8] + (n_timed,)
             if kept is not None:
-                times.append(pl.DataFrame({"frame": part[6][:n_timed].copy(), "ts_ns": part[7][:n_timed].copy()}))
+                times.append(thinned_times(pl.DataFrame({"frame": part[6][:n_timed].copy(),
+                                                         "ts_ns": part[7][:n_timed].copy()}), silence_ns))
             if n:
                 row_frames = part[5][:n].copy() if kept is not None else None
                 recs, hdr = type(recs)(*_filled(recs, n, capacity)), type(hdr)(*_filled(hdr, n, capacity))
@@ -406,7 +410,8 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
     interfaces = _interfaces_frame(fmt, buf, ifaces, int(state[rk.ST_N_IFACES]), packets)
     tables = PacketTables(packets, sack, icmp, interfaces, report, fmt, section)
     if kept is not None:
-        tables.times = pl.concat(times) if times else pl.DataFrame(schema={"frame": pl.UInt32, "ts_ns": pl.Int64})
+        tables.times = thinned_times(pl.concat(times), silence_ns) if times else \
+            pl.DataFrame(schema={"frame": pl.UInt32, "ts_ns": pl.Int64})
     return data, tables
 
 

@@ -57,6 +57,7 @@ import polars as pl
 from .capture import COPY_COLUMNS, UNSELECTED, ReadPart
 from .decoders.registry import protocol_of_frame, protocols
 from .kernels.pairs import address_pairs
+from .kernels.silences import KEEP_EVERY_TIME
 from .messages import flow_key
 
 # frame -> the columns its builder sorts its rows by (after the ids are renumbered); a frame not
@@ -164,14 +165,16 @@ def partition_ids(cap, count: int) -> np.ndarray:
     return ids
 
 
-def read_part(cap, ids: np.ndarray | None, index: int) -> ReadPart:
+def read_part(cap, ids: np.ndarray | None, index: int, silence_ns: int | None = KEEP_EVERY_TIME) -> ReadPart:
     """What reading partition ``index`` of ``cap``'s files alone needs (``open_captures(part=...)``): the
     whole reading's pieces, interfaces and address Enums, and ``ids`` (:func:`partition_ids`; None to
-    be set later, as a cluster sends it once to every worker)."""
+    be set later, as a cluster sends it once to every worker); of the whole capture's packet times,
+    those its span and silences of ``silence_ns`` need (``detectors.shortest_silence_ns``; None: all)."""
     icmp = cap.frame("icmp_errors")
     return ReadPart(pieces=tuple(cap.pieces), ids=ids, index=index, interfaces=cap.frame("interfaces"),
                     address_types={"packets": {c: cap.packets.schema[c] for c in ("src", "dst")},
-                                   "icmp_errors": {c: icmp.schema[c] for c in ("inner_src", "inner_dst")}})
+                                   "icmp_errors": {c: icmp.schema[c] for c in ("inner_src", "inner_dst")}},
+                    silence_ns=silence_ns)
 
 
 def decode_partition(cap, names) -> dict[str, pl.DataFrame]:

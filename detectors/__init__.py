@@ -15,6 +15,7 @@ whose ``kind`` is not among its detector's ``KINDS`` is an error of that detecto
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 import math
@@ -22,6 +23,7 @@ import pkgutil
 
 import polars as pl
 
+from analyzer.kernels.silences import SPAN_ONLY_NS
 from analyzer.partitions import CONNECTION_FRAMES
 from analyzer.progress import stage
 
@@ -90,6 +92,10 @@ def check_contract(module) -> None:
     if getattr(module, "PARTITION", None) == "client" and beyond:
         raise TypeError(f"{where}.PARTITION is 'client', but a client bucket holds {', '.join(CLIENT_BUCKET_FRAMES)}, "
                         f"not {', '.join(beyond)}")
+    silence = getattr(module, "SILENCE", None)
+    if silence is not None and silence not in {f.name for f in dataclasses.fields(module.Params)}:
+        raise TypeError(f"{where}.SILENCE must name one of its Params (the shortest silence it looks for, "
+                        f"in ns): {silence!r}")
     steps = [callable(getattr(module, a, None)) for a in ("partial", "finish")]
     if any(steps) and not (all(steps) and getattr(module, "PARTITION", None) == "server"):
         raise TypeError(f"{where} defines partial or finish: a detector in two steps defines both, with "
@@ -270,6 +276,16 @@ def partitioned(names: list[str], key: str = "server") -> list[str]:
     """Those of ``names`` that declare ``PARTITION = key`` (base.py)."""
     detectors = available()
     return [n for n in names if getattr(detectors[n], "PARTITION", None) == key]
+
+
+def shortest_silence_ns(configured: dict[str, object]) -> int:
+    """Of the whole capture's packet times, what detectors ``configured`` (name -> Params) need on a
+    server partition (base.py, PARTITION): the shortest silence any of them looks for (its ``SILENCE``
+    parameter), or ``SPAN_ONLY_NS`` when none does (the first and last times only)."""
+    detectors = available()
+    lengths = [int(getattr(params, detectors[name].SILENCE)) for name, params in configured.items()
+               if getattr(detectors[name], "SILENCE", None)]
+    return min(lengths, default=SPAN_ONLY_NS)
 
 
 def detect_partition(capture, whole_packets: pl.DataFrame, names: list[str],

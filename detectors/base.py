@@ -17,6 +17,11 @@ A detector is a module in ``detectors/`` with:
   decoded alone; ``packets`` still the whole capture's ``frame``/``ts_ns``, so spans and rates are the
   capture's). ``scan --workers`` then runs it on the workers, beside the decoding, instead of on the
   merged frames; tests/test_partitions.py checks the union against the whole run on the samples.
+  Of the whole capture's ``packets`` a partition holds only what spans and long silences need
+  (``analyzer.kernels.silences``): the first and last times, and every silence (no packet from
+  anyone) as long as the shortest a detector run there looks for, with the packets either side of
+  it. Such a detector reads ``packets`` for nothing else, and names the parameter that is that
+  length in ``SILENCE`` (``tcp_stall``: ``"capture_gap_ns"``, in ns).
   A detector whose findings need a few facts of the whole capture besides (which kinds were answered
   at all, a median over every server) runs in two steps: ``partial(capture, params)`` returns a dict
   of frames (its candidates and those facts, of the same columns on every partition), and

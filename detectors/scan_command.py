@@ -24,7 +24,8 @@ from analyzer.selection import SELECTION_COLUMNS
 from analyzer.selection import apply as select
 
 from . import (ParameterError, at_least, available, configure, describe, detect_frames, detect_partition,
-               expanded, frames_read_here, incident_params, incidents, partitioned, required_frames, run, top_level)
+               expanded, frames_read_here, incident_params, incidents, partitioned, required_frames, run,
+               shortest_silence_ns, top_level)
 from .base import PACKET_COLUMNS
 from .incidents_evidence import DNS_FRAME, RETAINED_PACKET_COLUMNS
 from .listing import print_detectors
@@ -119,7 +120,8 @@ def decode_on_cluster(client, cap, cfg: ScanConfig, *, local: bool, partitions: 
     from analyzer.capture import READER_FRAMES
 
     stage("decode on the cluster")
-    names = list(configure(cfg.detectors, cfg.overrides))
+    configured = configure(cfg.detectors, cfg.overrides)
+    names = list(configured)
     on_workers, by_client = partitioned(names, "server"), partitioned(names, "client")
     here = set(frames_read_here(names, on_workers + by_client)) | ({DNS_FRAME} & set(required_frames(names)))
     shipped = [n for n in required_frames(names) if n in here and n not in READER_FRAMES]
@@ -131,7 +133,8 @@ def decode_on_cluster(client, cap, cfg: ScanConfig, *, local: bool, partitions: 
               "pieces": cap.pieces, "warnings": cap.warnings}
     return distributed.decode_into(client, cap, shipped, local=local, then=then, client_frames=bucketed,
                                    client_then=bucket_then, shared=shared, packet_columns=KEPT_PACKET_COLUMNS,
-                                   partitions=partitions)
+                                   partitions=partitions,
+                                   silence_ns=shortest_silence_ns({n: configured[n] for n in on_workers}))
 
 
 def run_detectors(cap, cfg: ScanConfig, *, release: bool, found_elsewhere=None) -> pl.DataFrame:

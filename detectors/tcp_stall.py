@@ -156,6 +156,8 @@ NAME = "tcp_stall"
 REQUIRES = ("tcp_segments", "connections", "packets", "interfaces")
 # its findings are the union of its findings per server partition (base.py; tests/test_partitions.py)
 PARTITION = "server"
+# the parameter that is the shortest silence of the whole capture it looks for in packets (base.py)
+SILENCE = "capture_gap_ns"
 ORDER = 40  # where it runs and is listed (detectors/__init__.py)
 
 # the sender's segment size when the peer announced no MSS: Ethernet's 1500-byte MTU less 40 bytes of

@@ -212,6 +212,10 @@ def test_contract_violations_are_refused(throwaway):
     bad.PARTITION, bad.finish = None, lambda parts, capture, params: parts  # both, but not by server
     with pytest.raises(TypeError, match="partial or finish"):
         detectors.register(bad)
+    del bad.partial, bad.finish
+    bad.SILENCE = "gap_ns"  # not one of its parameters
+    with pytest.raises(TypeError, match="SILENCE must name one of its Params"):
+        detectors.register(bad)
     assert "bad" not in detectors.available()
 
 

@@ -49,11 +49,12 @@ CAPTURES = [
 NAMES = [n for n in detectors.required_frames() if n not in READER_FRAMES]
 
 
-def _parts(path, count: int):
-    """Each partition of ``count`` of the capture at ``path``, read alone (as a worker reads it)."""
+def _parts(path, count: int, silence_ns: int | None = None):
+    """Each partition of ``count`` of the capture at ``path``, read alone (as a worker reads it), keeping
+    of the whole capture's packet times what silences of ``silence_ns`` need (None: all)."""
     with open_capture(path) as whole:
         ids = partition_ids(whole, count)
-        reads = [read_part(whole, ids, k) for k in range(count)]
+        reads = [read_part(whole, ids, k, silence_ns) for k in range(count)]
     for part in reads:
         with open_captures([], part=part) as cap:
             yield cap
@@ -86,20 +87,36 @@ def test_merged_partitions_of_rocev2_captures(scenario):
     _assert_same_frames(rocev2_capture(scenario), 3)
 
 
-@pytest.mark.parametrize("name", CAPTURES)
-def test_partition_detectors_find_on_the_partitions_what_they_find_on_the_whole(name):
-    """What ``scan --workers`` relies on to run the detectors declaring PARTITION on the workers."""
+# silences of the whole capture tcp_stall looks for (capture_gap_ns): the default, and shorter ones that
+# the captures below have (tcp-rto-blackout: 1.06 s, its outage; nfs3-udp-retrans: times out of order)
+SILENCES = [None, {"tcp_stall.capture_gap_ns": 500_000_000}, {"tcp_stall.capture_gap_ns": 50_000_000}]
+
+
+@pytest.mark.parametrize("overrides", SILENCES, ids=["default", "500ms", "50ms"])
+@pytest.mark.parametrize("name", CAPTURES + ["tcp-rto-blackout.pcap"])
+def test_partition_detectors_find_on_the_partitions_what_they_find_on_the_whole(name, overrides):
+    """What ``scan --workers`` relies on to run the detectors declaring PARTITION on the workers, each
+    partition holding of the whole capture's packet times only what their silences need."""
     on_parts = detectors.partitioned(list(detectors.available()))
     assert len(on_parts) >= 8
     with open_capture(SAMPLES / name) as cap:
-        whole = detectors.run(cap, only=on_parts)
+        whole = detectors.run(cap, only=on_parts, overrides=overrides)
+        every_time = cap.packets.height
+    silence_ns = detectors.shortest_silence_ns(detectors.configure(on_parts, overrides))
     found: dict[str, list[pl.DataFrame]] = {}
-    for cap in _parts(SAMPLES / name, 3):
-        for det, frame in detectors.detect_partition(cap, cap.whole_times, on_parts).items():
+    for cap in _parts(SAMPLES / name, 3, silence_ns):
+        assert cap.whole_times.height < every_time
+        for det, frame in detectors.detect_partition(cap, cap.whole_times, on_parts, overrides).items():
             found.setdefault(det, []).append(frame)
     with open_capture(SAMPLES / name) as cap:
-        merged = detectors.run(cap, only=on_parts, found_elsewhere={d: pl.concat(f) for d, f in found.items()})
+        merged = detectors.run(cap, only=on_parts, overrides=overrides,
+                               found_elsewhere={d: pl.concat(f) for d, f in found.items()})
     assert merged.to_dicts() == whole.to_dicts()
+    if name == "tcp-rto-blackout.pcap" and overrides:  # what the silences decide, decided alike on the parts
+        # 500 ms: the outage's 1.06 s silence ends in a retransmission (a stall); 50 ms: the stall holds a
+        # shorter silence after which traffic resumed cleanly (cannot judge)
+        kind = {500_000_000: "rto", 50_000_000: "capture_gap"}[overrides["tcp_stall.capture_gap_ns"]]
+        assert kind in whole.filter(pl.col("detector") == "tcp_stall")["kind"].to_list()
 
 
 def _client_buckets(path, count: int) -> tuple[list[dict[str, pl.DataFrame]], dict[str, pl.DataFrame]]:
