@@ -33,6 +33,7 @@ from . import smb2_kernel as k
 from . import smb2_tables as t
 from . import kerberos_ap_tokens, ntstatus
 from .ntstatus import code_names, status_names
+from .smb2_frames import MESSAGE_ORDER
 from .smb2_pairing import BREAK_COLUMNS, TRANSACTION_COLUMNS, Params, break_frame, pair_transactions
 from .text import arena_strings
 
@@ -328,10 +329,6 @@ def decode_messages(sets: Sequence[MessageSet], first: int = 0) -> pl.DataFrame:
         return empty_messages()
     frame = pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0]
     return frame.sort(MESSAGE_ORDER, maintain_order=True)
-
-
-# the order of smb2_messages' rows (message and chain_index make it total)
-MESSAGE_ORDER = ("frame_last", "message", "chain_index")
 
 
 # --- registration --------------------------------------------------------------------------------

@@ -111,41 +111,59 @@ def _first_match(left: pl.DataFrame, right: pl.DataFrame, by: list[str], prefix:
     return matched.group_by("left_ord").agg(pl.col(f"{prefix}ord").min())
 
 
+def _aligned(q: pl.DataFrame, by_ord: pl.DataFrame) -> pl.DataFrame:
+    """``q`` with the columns of ``by_ord`` (``ord`` and the columns to add, at most one row per ord)
+    added row by row: a join of ``q``'s ord column alone, so no column of ``q`` is copied."""
+    added = q.select("ord").join(by_ord, on="ord", how="left", maintain_order="left")
+    return q.hstack(added.drop("ord").get_columns())
+
+
+def _gathered(rows: pl.DataFrame, ords: pl.Series, columns: dict[str, str]) -> list[pl.Series]:
+    """Columns of ``rows`` (old name → new name) at the rows ``ords`` (``ord`` is the row's index in
+    ``rows``; a null ord gives nulls)."""
+    index = ords.cast(pl.UInt32)
+    return [rows[old].gather(index).alias(new) for old, new in columns.items()]
+
 
 def pair_transactions(messages: pl.DataFrame, params: Params = Params()) -> pl.DataFrame:
-    """The ``smb2_transactions`` frame (see the module doc)."""
+    """The ``smb2_transactions`` frame (see the module doc). The request rows are the one wide frame;
+    what is learnt about them (their responses, cancels, paths) is worked out on narrow frames of the
+    keys and added as columns in ``ord`` order (an SMB2 server's partition holds hundreds of
+    thousands of rows of ~45 columns, and a join of the wide frame copies all of them)."""
     rows = header_rows(messages)
     if rows.height == 0:
         return pl.DataFrame(schema=schema_of(TRANSACTION_COLUMNS))
+    response = pl.col("is_response").fill_null(False)
     unsolicited = pl.col("message_id") == ALL_ONES
-    requests = rows.filter(~pl.col("is_response").fill_null(False) & pl.col("message_id").is_not_null())
-    responses = rows.filter(pl.col("is_response").fill_null(False) & ~unsolicited)
+    keys = rows.select("ord", "flow", "message_id", "command", "status_code", response.alias("_response"))
+    responses = keys.filter(pl.col("_response") & ~unsolicited)
     interim = responses.filter(pl.col("status_code") == STATUS_PENDING)
     final = responses.filter(pl.col("status_code") != STATUS_PENDING)
-    is_cancel = pl.col("command") == "CANCEL"
-    answerable = requests.filter(~is_cancel)
+    answerable = keys.filter(~pl.col("_response") & pl.col("message_id").is_not_null()
+                             & (pl.col("command") != "CANCEL"))
     by = ["flow", "message_id"]
-    final_of = _first_match(answerable, final, by, "final_")
-    interim_of = _first_match(answerable, interim, by, "interim_")
+    links = (keys.filter(~pl.col("_response") & pl.col("message_id").is_not_null()).select("ord")
+             .join(_first_match(answerable, final, by, "final_").rename({"left_ord": "ord"}), on="ord",
+                   how="left", maintain_order="left")
+             .join(_first_match(answerable, interim, by, "interim_").rename({"left_ord": "ord"}), on="ord",
+                   how="left", maintain_order="left"))
+    del keys, responses, interim, final, answerable
+    final_columns = ("frame_last", "ts_last_ns", "status_code", "async_id", "fid_persistent", "fid_volatile",
+                     "oplock", "lease_state", "create_action", "tree_id", "session_id")
+    q = rows.filter(~response & pl.col("message_id").is_not_null())  # the requests, in ord order
+    q = q.hstack([links["final_ord"],
+                  *_gathered(rows, links["final_ord"], {c: f"final_{c}" for c in final_columns}),
+                  links["interim_ord"],
+                  *_gathered(rows, links["interim_ord"], {"frame_last": "interim_frame", "ts_last_ns": "interim_ts_ns",
+                                                          "async_id": "interim_async_id"})])
+    del rows, links
 
-    resp_cols = rows.select(
-        "ord", "frame_last", "ts_last_ns", "status_code", "async_id", "fid_persistent", "fid_volatile",
-        "oplock", "lease_state", "create_action", "tree_id", "session_id")
-    fin = resp_cols.rename({c: f"final_{c}" for c in resp_cols.columns})
-    itm = resp_cols.select("ord", "frame_last", "ts_last_ns", "async_id").rename(
-        {"ord": "interim_ord", "frame_last": "interim_frame", "ts_last_ns": "interim_ts_ns",
-         "async_id": "interim_async_id"})
-    q = (requests.join(final_of.rename({"left_ord": "ord"}), on="ord", how="left")
-         .join(fin, on="final_ord", how="left")
-         .join(interim_of.rename({"left_ord": "ord"}), on="ord", how="left")
-         .join(itm, on="interim_ord", how="left"))
-
-    q = _cancels(q, rows)
+    q = _cancels(q)
     q = _paths(q)
 
     answered = pl.col("final_ord").is_not_null()
     status = pl.col("final_status_code")
-    out = q.sort("ord").select(
+    out = q.select(
         pl.lit("smb2").alias("protocol"),
         "transport", "flow",
         pl.col("src").cast(pl.String).alias("client"), pl.col("sport").alias("client_port"),
@@ -181,15 +199,14 @@ def pair_transactions(messages: pl.DataFrame, params: Params = Params()) -> pl.D
     return out.cast(schema_of(TRANSACTION_COLUMNS)).select(TRANSACTION_NAMES)
 
 
-
-def _cancels(q: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
+def _cancels(q: pl.DataFrame) -> pl.DataFrame:
     """CANCEL → the request it targets: by AsyncId (async form, the interim response's) or else by
     MessageId (sync form), the latest such request before the CANCEL (MS-SMB2 3.2.4.24)."""
     is_cancel = pl.col("command") == "CANCEL"
-    cancels = q.filter(is_cancel).select("ord", "flow", "message_id", "async_id", "is_async",
-                                         pl.col("frame_last").alias("c_frame"),
-                                         pl.col("ts_last_ns").alias("c_ts"))
-    targets = q.filter(~is_cancel)
+    cancels = q.select("ord", "flow", "message_id", "async_id", "is_async", pl.col("frame_last").alias("c_frame"),
+                       pl.col("ts_last_ns").alias("c_ts"), is_cancel.alias("_cancel")).filter("_cancel")
+    targets = q.select("ord", "flow", "message_id", "interim_async_id", is_cancel.alias("_cancel")) \
+        .filter(~pl.col("_cancel"))
     empty = pl.DataFrame(schema={"ord": pl.Int64, "target_ord": pl.Int64})
     links = [empty]
     if cancels.height and targets.height:
@@ -210,20 +227,26 @@ def _cancels(q: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
         .group_by("target_ord", maintain_order=True).first() \
         .select(pl.col("target_ord").alias("ord"), pl.col("c_frame").alias("cancel_frame"),
                 pl.col("c_ts").alias("cancel_ts_ns"))
-    return (q.join(link.join(frames, on="target_ord", how="left").select("ord", "cancels_frame"), on="ord",
-                   how="left")
-            .join(first_cancel, on="ord", how="left"))
+    q = _aligned(q, link.join(frames, on="target_ord", how="left").select("ord", "cancels_frame"))
+    return _aligned(q, first_cancel)
+
+
+def _selected(q: pl.DataFrame, where: pl.Expr, *columns) -> pl.DataFrame:
+    """``columns`` of the rows of ``q`` where ``where`` holds: selected first, so only they are copied."""
+    return q.select(*columns, where.alias("_where")).filter("_where").drop("_where")
 
 
 def _paths(q: pl.DataFrame) -> pl.DataFrame:
-    """share (TreeId → TREE_CONNECT path), path and effective FileId (see the module doc)."""
+    """share (TreeId → TREE_CONNECT path), path and effective FileId (see the module doc). ``q`` is in
+    ``ord`` order, in which the elements of a compound message are contiguous and in chain order."""
     ok = pl.col("final_status_code") == 0
     # A session, and its tree connects and opens, can span connections (multichannel, MS-SMB2 3.2.4.1.7,
     # 3.3.5.5.2), so trees and FileIds are looked up per server and SessionId, not per connection.
     q = q.with_columns(pl.col("dst").cast(pl.String).alias("_server"))
-    trees = q.filter((pl.col("command") == "TREE_CONNECT") & ok).select(
-        "_server", pl.col("final_session_id").alias("session_id"), pl.col("final_tree_id").alias("tree_id"),
-        pl.col("tree").alias("share"), pl.col("final_ord").alias("_on")).drop_nulls(["tree_id", "session_id"])
+    trees = _selected(q, (pl.col("command") == "TREE_CONNECT") & ok,
+                      "_server", pl.col("final_session_id").alias("session_id"),
+                      pl.col("final_tree_id").alias("tree_id"), pl.col("tree").alias("share"),
+                      pl.col("final_ord").alias("_on")).drop_nulls(["tree_id", "session_id"])
     q = _asof(q, trees, ["_server", "session_id", "tree_id"], ["share"])
     q = q.with_columns(pl.when(pl.col("command") == "TREE_CONNECT").then(pl.col("tree")).otherwise(pl.col("share"))
                        .alias("share"))
@@ -231,10 +254,11 @@ def _paths(q: pl.DataFrame) -> pl.DataFrame:
     q = q.with_columns(
         pl.when(is_create).then(_join_path(pl.col("share"), pl.col("filename"))).alias("create_path"),
     )
-    opens = q.filter(is_create & ok).select(
-        "_server", "session_id", "tree_id", pl.col("final_fid_persistent").alias("fid_p"),
-        pl.col("final_fid_volatile").alias("fid_v"), pl.col("create_path").alias("fid_path"),
-        pl.col("lease_key").alias("fid_lease_key"), pl.col("final_ord").alias("_on")).drop_nulls(["fid_p", "fid_v"])
+    opens = _selected(q, is_create & ok,
+                      "_server", "session_id", "tree_id", pl.col("final_fid_persistent").alias("fid_p"),
+                      pl.col("final_fid_volatile").alias("fid_v"), pl.col("create_path").alias("fid_path"),
+                      pl.col("lease_key").alias("fid_lease_key"), pl.col("final_ord").alias("_on")
+                      ).drop_nulls(["fid_p", "fid_v"])
     own = pl.col("fid_persistent")
     inherit = (pl.col("is_related").fill_null(False) & (pl.col("chain_index") > 0)
                & (own == ALL_ONES) & (pl.col("fid_volatile") == ALL_ONES))
@@ -247,7 +271,7 @@ def _paths(q: pl.DataFrame) -> pl.DataFrame:
     )
     q = _asof(q, opens, ["_server", "session_id", "tree_id", "fid_p", "fid_v"], ["fid_path", "fid_lease_key"])
     # related compound elements: the previous element's FileId and path (a CREATE's own, or inherited)
-    q = q.sort("message", "chain_index").with_columns(
+    q = q.with_columns(
         pl.when(pl.col("_inherit")).then(None).otherwise(pl.coalesce("create_path", "fid_path"))
         .forward_fill().over("message").alias("path"),
         pl.when(pl.col("_inherit")).then(None).otherwise(pl.coalesce(
@@ -262,9 +286,9 @@ def _paths(q: pl.DataFrame) -> pl.DataFrame:
         .alias("open_lease_key"),
     )
     # lease break acknowledgments name no FileId: the path of the latest CREATE that asked for the key
-    leases = q.filter(is_create & pl.col("lease_key").is_not_null()).select(
-        "_server", pl.col("lease_key").alias("_ack_key"), pl.col("create_path").alias("lease_path"),
-        pl.col("ord").alias("_on"))
+    leases = _selected(q, is_create & pl.col("lease_key").is_not_null(),
+                       "_server", pl.col("lease_key").alias("_ack_key"), pl.col("create_path").alias("lease_path"),
+                       pl.col("ord").alias("_on"))
     q = q.with_columns(pl.when(pl.col("break_kind") == "lease_break_ack").then(pl.col("lease_key")).alias("_ack_key"))
     q = _asof(q, leases, ["_server", "_ack_key"], ["lease_path"])
     return q.with_columns(pl.coalesce("path", "lease_path").alias("path"),
@@ -272,14 +296,14 @@ def _paths(q: pl.DataFrame) -> pl.DataFrame:
 
 
 def _asof(q: pl.DataFrame, table: pl.DataFrame, by: list[str], take: list[str]) -> pl.DataFrame:
-    """Attach ``take`` from the latest ``table`` row (by ``_on``) at or before each row of ``q``."""
+    """Attach ``take`` from the latest ``table`` row (by ``_on``) at or before each row of ``q`` (in
+    ``ord`` order); only ``q``'s keys are joined."""
     if table.height == 0:
         return q.with_columns([pl.lit(None, dtype=table.schema[c]).alias(c) for c in take])
-    left = q.with_columns(pl.col("ord").alias("_on")).sort("_on")
+    left = q.select(*by, pl.col("ord").alias("_on")).set_sorted("_on")
     table = table.with_columns([pl.col(c).cast(left.schema[c]) for c in by]).sort("_on")
-    return asof_join(left, table.select(*by, *take, "_on"), on="_on", by=by, strategy="backward") \
-        .drop("_on")
-
+    found = asof_join(left, table.select(*by, *take, "_on"), on="_on", by=by, strategy="backward")
+    return q.hstack(found.select(take).get_columns())
 
 
 def break_frame(messages: pl.DataFrame, transactions: pl.DataFrame | None = None,
