@@ -237,7 +237,7 @@ def message_direction(proto: Protocol):
     return getattr(importlib.import_module(module), name)
 
 
-def protocol_message_sets(cap, proto: Protocol, *, only_conns=None) -> list[MessageSet]:
+def protocol_message_sets(cap, proto: Protocol, *, only_conns=None, udp: bool = True) -> list[MessageSet]:
     """A protocol's messages, from its declaration: UDP datagrams to or from its ``udp_ports`` and TCP
     messages framed with its ``tcp_framing`` on its ``tcp_ports`` (see ``analyzer.tcp.framing``), the
     client side (``from_client``, and so the orientation of UDP flows) decided by its ``client_side``
@@ -249,10 +249,11 @@ def protocol_message_sets(cap, proto: Protocol, *, only_conns=None) -> list[Mess
       without the handshake the SYN/ACK's receiver, else the higher port); UDP: "service_port".
     - "message": the decoder's ``message_direction`` function reads each message's bytes.
 
-    ``only_conns``: of TCP, only these connections (``tcp_messages``); UDP is always whole.
+    ``only_conns``: of TCP, only these connections (``tcp_messages``); UDP is always whole, or left out
+    with ``udp`` False.
     """
     direction = message_direction(proto) if proto.client_side == "message" else None
-    sets = udp_messages(cap, set(proto.udp_ports), direction=direction) if proto.udp_ports else []
+    sets = udp_messages(cap, set(proto.udp_ports), direction=direction) if proto.udp_ports and udp else []
     if proto.tcp_ports:
         tcp_rule = "service_port" if proto.client_side == "service_port" else "connection_initiator"
         tcp_sets = tcp_messages(cap, proto.tcp_framing, set(proto.tcp_ports), client_side=tcp_rule,
@@ -281,12 +282,16 @@ def message_set_batches(cap, proto: Protocol, batch_bytes: int):
     connection ids), as lists of sets: a decoder that decodes each list and drops it before the next
     holds one batch's copied bytes at a time. Concatenated in order, the batches' sets hold the rows
     of the sets framed at once, in their order (a set's rows go by connection, then by stream). A
-    protocol with UDP ports, whose datagrams are not framed by connection, comes in one list."""
-    if proto.udp_ports:
-        yield protocol_message_sets(cap, proto)
+    protocol's UDP datagrams, which are not framed by connection, come whole with the first batch
+    (at once with its TCP sets when they carry no payload), before its TCP sets, as
+    :func:`protocol_message_sets` puts them."""
+    batches = connection_batches(cap, set(proto.tcp_ports), batch_bytes) if proto.tcp_ports else []
+    if not batches:  # no TCP payload to copy
+        if proto.udp_ports:
+            yield protocol_message_sets(cap, proto)
         return
-    for batch in connection_batches(cap, set(proto.tcp_ports), batch_bytes):
-        yield protocol_message_sets(cap, proto, only_conns=batch)
+    for k, batch in enumerate(batches):
+        yield protocol_message_sets(cap, proto, only_conns=batch, udp=k == 0)
 
 
 def _peer_pairs(sets: list[MessageSet]) -> pl.DataFrame | None:

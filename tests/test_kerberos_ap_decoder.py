@@ -317,3 +317,41 @@ def test_smb2_decoded_in_batches_is_smb2_decoded_at_once(monkeypatch, batch_byte
         monkeypatch.undo()
         monkeypatch.setattr(smb2, "FRAMING_BATCH_BYTES", batch_bytes)
     assert batch_bytes != 1 or most > 5
+
+
+@pytest.mark.parametrize("batch_bytes", [1, 5_000, 1 << 40])
+def test_ldap_decoded_in_batches_is_ldap_decoded_at_once(monkeypatch, batch_bytes):
+    """ldap_messages, ldap_sync (built with it) and the GSSAPI tokens kerberos_ap reads are the same
+    whether LDAP is framed a batch of ``batch_bytes`` of payload at a time (down to one connection per
+    batch; CLDAP datagrams with the first) or at once (``ldap.decode_messages`` of every set)."""
+    from analyzer import open_captures
+    from analyzer.decoders import kerberos_ap_tokens, ldap, ldap_sync
+    from analyzer.tcp import connection_batches
+    monkeypatch.setattr(ldap, "FRAMING_BATCH_BYTES", batch_bytes)
+    samples = Path(__file__).parent.parent / "samples"
+    captures = [[samples / "krb5-replay-ldap-gssapi.pcapng"], [samples / "eval" / "ldap-saturation-writes.pcap"],
+                [CORPUS / "suricata-verify/bug-8619/cldap-leak.pcap", samples / "ldap-repl-conflict.pcap"]]
+    most = 0
+    for paths in captures:
+        with open_captures(paths) as cap:
+            sets = [ms for ms in ldap.message_sets(cap) if ms.height]
+            want, want_sync = ldap.decode_messages(sets), ldap_sync.decode_sync(sets)
+            want_tokens = kerberos_ap_tokens.carried("ldap_messages", sets, want)
+            batches = connection_batches(cap, set(ldap.PROTOCOL.tcp_ports), batch_bytes)
+            got = cap.frame("ldap_messages")
+            assert got.equals(want) and cap.frame("ldap_sync").equals(want_sync), paths
+            assert _tokens(kerberos_ap_tokens.remembered(cap, "ldap_messages")) == _tokens(want_tokens), paths
+            ap = cap.frame("kerberos_ap")
+        assert want.height and (want_sync.height or "sync" not in str(paths))
+        assert len(paths) == 1 or set(want["transport"].cast(pl.String)) == {"udp", "tcp"}  # CLDAP and LDAP
+        if batch_bytes == 1:
+            # one connection a batch (a connection with payload may carry no LDAPMessage)
+            assert len(batches) >= want.filter(pl.col("transport") == "tcp")["flow"].n_unique()
+            assert all(len(b) == 1 for b in batches[1:])
+            most = max(most, len(batches))
+        monkeypatch.setattr(kerberos_ap_tokens, "keep", lambda *args: None)  # framed again: the same tokens
+        with open_captures(paths) as cap:
+            assert cap.frame("kerberos_ap").equals(ap), paths
+        monkeypatch.undo()
+        monkeypatch.setattr(ldap, "FRAMING_BATCH_BYTES", batch_bytes)
+    assert batch_bytes != 1 or most > 20

@@ -780,16 +780,6 @@ def test_frames_registered_on_capture():
     assert (tx["protocol"] == "smb2").all() and tx["answered"].sum() == tx.filter(pl.col("expects_response")).height
 
 
-def test_in_order_is_the_lexicographic_order():
-    from analyzer.decoders.smb2_frames import in_order
-
-    frame = pl.DataFrame({"a": [1, 1, 2, 2, 3], "b": [5, 7, 0, 0, 1], "c": [0, 0, 1, 2, 0]})
-    assert in_order(frame, ("a", "b", "c")) and in_order(frame, ("a",)) and in_order(frame.head(1), ("b",))
-    assert not in_order(frame, ("b",))
-    assert not in_order(frame.with_columns(pl.Series("c", [0, 0, 2, 1, 0])), ("a", "b", "c"))  # the last key
-    assert not in_order(frame.reverse(), ("a", "b", "c"))
-
-
 @pytest.mark.parametrize("sample", ["smb2-oplock-lease-break.pcap", "smb2-break-queue.pcap"])
 def test_transactions_of_messages_in_any_order_are_the_same(sample):
     """pair_transactions relies on its header rows' order (MESSAGE_ORDER: a compound's elements

@@ -53,7 +53,8 @@ import numpy as np
 import polars as pl
 
 from ..capture import frame_builder
-from ..messages import KEPT_COLUMNS, MessageSet, protocol_message_sets
+from ..messages import FRAMING_BATCH_BYTES, KEPT_COLUMNS, MessageSet, message_set_batches, protocol_message_sets
+from ..row_order import sorted_rows
 from ..schema import FRAMES, Column, column, empty_frame, polars_type
 from .protocol import Protocol
 from . import ber, kerberos_ap_tokens
@@ -363,14 +364,36 @@ def message_sets(cap) -> list[MessageSet]:
 
 @frame_builder("ldap_messages")
 def _build_messages(cap) -> pl.DataFrame:
-    # ldap_sync reads the same LDAPMessages: one framing pass and one pass 1 give both frames
-    sets = [ms for ms in message_sets(cap) if ms.height]
-    set_units = [units(ms) for ms in sets]
-    if "ldap_sync" not in cap.built_frames():
-        cap.set_frame("ldap_sync", ldap_sync.decode_sync(sets, set_units))
-    frame = decode_messages(sets, set_units)
-    kerberos_ap_tokens.remember(cap, "ldap_messages", sets, frame)  # kerberos_ap's tokens: not framed again
-    return frame
+    """Decoded a batch of connections at a time (CLDAP with the first; :data:`FRAMING_BATCH_BYTES`,
+    ``analyzer.messages.message_set_batches``), each batch's copied bytes dropped before the next.
+    ldap_sync reads the same LDAPMessages, so one framing and one pass 1 give both frames, and
+    kerberos_ap's tokens are gathered on the way (not framed again). Both frames are in time order
+    with equal times in set order, so the batches' rows sorted again (stably) are those of the whole."""
+    sync = "ldap_sync" not in cap.built_frames()
+    frames, syncs, tokens = [], [], []
+    for sets in message_set_batches(cap, PROTOCOL, FRAMING_BATCH_BYTES):
+        sets = [ms for ms in sets if ms.height]
+        set_units = [units(ms) for ms in sets]
+        if sync:
+            syncs.append(ldap_sync.decode_sync(sets, set_units))
+        frame = decode_messages(sets, set_units)
+        found = kerberos_ap_tokens.carried("ldap_messages", sets, frame)
+        tokens = None if found is None else tokens + found
+        frames.append(frame)
+        del sets, set_units  # this batch's copies, before the generator frames the next
+    kerberos_ap_tokens.keep(cap, "ldap_messages", tokens)
+    if sync:
+        cap.set_frame("ldap_sync", _in_time_order(syncs, ldap_sync.SYNC_COLUMNS, ("ts_ns", "frame")))
+    return _in_time_order(frames, MESSAGE_COLUMNS, ("ts_last_ns", "frame_last"))
+
+
+def _in_time_order(frames: list[pl.DataFrame], columns, order: tuple[str, ...]) -> pl.DataFrame:
+    frames = [f for f in frames if f.height]
+    if not frames:
+        return empty_frame(columns)
+    if len(frames) == 1:
+        return frames[0]
+    return sorted_rows(pl.concat(frames, how="vertical_relaxed"), order)
 
 
 def outcome_rules() -> tuple[str, str]:

@@ -27,6 +27,7 @@ from ..capture import frame_builder
 from ..messages import FRAMING_BATCH_BYTES, KEPT_COLUMNS, MESSAGE_COLUMNS as _SET_COLUMNS, message_set_batches
 from ..messages import protocol_message_sets
 from ..messages import MessageSet
+from ..row_order import sorted_rows
 from ..schema import FRAMES, Column, column, empty_frame
 from .protocol import Protocol
 from . import smb2_kernel as k
@@ -328,7 +329,7 @@ def decode_messages(sets: Sequence[MessageSet], first: int = 0) -> pl.DataFrame:
     if not frames:
         return empty_messages()
     frame = pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0]
-    return frame.sort(MESSAGE_ORDER, maintain_order=True)
+    return sorted_rows(frame, MESSAGE_ORDER)
 
 
 # --- registration --------------------------------------------------------------------------------
@@ -377,7 +378,7 @@ def _build_messages(cap) -> pl.DataFrame:
     kerberos_ap_tokens.keep(cap, "smb2_messages", tokens)
     if not frames:
         return empty_messages()
-    return pl.concat(frames, how="vertical_relaxed").sort(MESSAGE_ORDER, maintain_order=True)
+    return sorted_rows(pl.concat(frames, how="vertical_relaxed"), MESSAGE_ORDER)
 
 
 @frame_builder("smb2_transactions")

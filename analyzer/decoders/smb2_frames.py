@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from ..row_order import sorted_rows
 from ..schema import polars_type
 
 
@@ -47,24 +48,11 @@ USED = ("transport", "flow", "src", "dst", "sport", "dport", "frame_last", "ts_l
 MESSAGE_ORDER = ("frame_last", "message", "chain_index")
 
 
-def in_order(frame: pl.DataFrame, by: tuple[str, ...]) -> bool:
-    """Whether ``frame``'s rows are sorted by ``by`` (ascending, lexicographically; no nulls in them)."""
-    if frame.height < 2:
-        return True
-    after = pl.lit(False)  # strictly after the previous row on the keys so far, or equal on them
-    equal = pl.lit(True)
-    for c in by:
-        col, prev = pl.col(c), pl.col(c).shift(1)
-        after, equal = after | (equal & (col > prev)), equal & (col == prev)
-    return bool(frame.select((after | equal).slice(1).all()).item())
-
-
 def header_rows(messages: pl.DataFrame) -> pl.DataFrame:
     """SMB2 rows in wire order with an ordinal ``ord``, the compound size, and SessionId / TreeId
     inherited by related compound elements (only the columns pairing uses)."""
     rows = messages.select(*USED, (pl.col("kind") == "smb2").alias("_smb2")).filter("_smb2").drop("_smb2")
-    if not in_order(rows, MESSAGE_ORDER):  # as smb2_messages' builder leaves them, unless given others
-        rows = rows.sort(MESSAGE_ORDER)
+    rows = sorted_rows(rows, MESSAGE_ORDER)  # as smb2_messages' builder leaves them, unless given others
     related = pl.col("is_related").fill_null(False) & (pl.col("chain_index") > 0)
     return rows.with_row_index("ord").with_columns(
         pl.col("ord").cast(pl.Int64),
