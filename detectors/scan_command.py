@@ -27,7 +27,7 @@ from . import (ParameterError, at_least, available, configure, describe, detect_
                expanded, frames_read_here, incident_params, incidents, partitioned, required_frames, run,
                shortest_silence_ns, top_level)
 from .base import PACKET_COLUMNS
-from .incidents_evidence import DNS_FRAME, RETAINED_PACKET_COLUMNS
+from .incidents_evidence import DNS_FRAME, PAYLOAD_COLUMNS, RETAINED_PACKET_COLUMNS, dns_payloads
 from .listing import print_detectors
 from .report import capture_summary, finding_records, incident_records, render, render_table
 from .scan_config import ScanConfig
@@ -37,6 +37,9 @@ from .show import check_id, find_finding, print_finding, tshark_summaries
 # what a scan reads of the packets frame once the frames are built: the detectors' columns, the incident
 # linker's (incidents.retain) and the report's (its count and span)
 KEPT_PACKET_COLUMNS = tuple(dict.fromkeys(PACKET_COLUMNS + RETAINED_PACKET_COLUMNS))
+# what a scan in partitions keeps of every packet while they decode: the payload columns the linker
+# reads of the DNS responses are kept of the packets to or from a DNS port alone (dns_payloads)
+PARTITIONED_PACKET_COLUMNS = tuple(c for c in KEPT_PACKET_COLUMNS if c not in PAYLOAD_COLUMNS or c == "frame")
 # what the caller of a partitioned scan reads of the packets at all: the columns above, and those the
 # selection, the partitioning and the joining of pieces read; its workers decode (issue 13: the rest
 # of a packet's ~90 bytes is never held by the caller)
@@ -85,9 +88,10 @@ def _scan_group(group, cfg: ScanConfig, selection, client, local: bool, expand: 
         fail(str(exc))
         return ExitCode.UNREADABLE
     select(cap, selection)
+    payloads = dns_payloads(cap.packets) if client else None  # before the partitions narrow the packets
     found_elsewhere = decode_on_cluster(client, cap, cfg, local=local, partitions=partitions) if client else None
     linker = linker_params(cfg)
-    kept = incidents.retain(cap, required_frames(cfg.detectors))  # what release would free
+    kept = incidents.retain(cap, required_frames(cfg.detectors), payloads)  # what release would free
     findings = run_detectors(cap, cfg, release=True, found_elsewhere=found_elsewhere)
     stage("incidents")
     linked = incidents.link(findings, cap, linker, retained=kept)
@@ -132,7 +136,7 @@ def decode_on_cluster(client, cap, cfg: ScanConfig, *, local: bool, partitions: 
     shared = {"frames": {"interfaces": cap.frame("interfaces")}, "path": cap.path, "files": cap.files,
               "pieces": cap.pieces, "warnings": cap.warnings}
     return distributed.decode_into(client, cap, shipped, local=local, then=then, client_frames=bucketed,
-                                   client_then=bucket_then, shared=shared, packet_columns=KEPT_PACKET_COLUMNS,
+                                   client_then=bucket_then, shared=shared, packet_columns=PARTITIONED_PACKET_COLUMNS,
                                    partitions=partitions,
                                    silence_ns=shortest_silence_ns({n: configured[n] for n in on_workers}))
 
