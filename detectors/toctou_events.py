@@ -252,24 +252,26 @@ def ldap_events(tx: pl.DataFrame | None, msgs: pl.DataFrame | None, params) -> p
         new_dn = pl.concat_str([pl.col("new_rdn"), pl.lit(","), parent])
         parts.append(moved.with_columns(dn_key(new_dn).alias("key"), new_dn.alias("resource"),
                                         pl.lit(SUB_MODDN_TARGET, pl.Int64).alias("sub")))
-    # a search checks the entries it returned
+    # a search checks the entries it returned: found on the keys alone, then the searches' rows taken
+    # (ev's row is its ``_r``; a search returns many entries, and the rows are wide)
     if msgs is not None and msgs.height:
-        searches = ev.filter((pl.col("operation") == "searchRequest") & (pl.col("status") == "success")
-                             & (pl.col("entries").fill_null(0) > 0)
-                             & (pl.col("entries") <= params.max_entries_per_search))
+        searched = (pl.col("operation") == "searchRequest") & (pl.col("status") == "success") \
+            & (pl.col("entries").fill_null(0) > 0) & (pl.col("entries") <= params.max_entries_per_search)
+        searches = ev.select("_r", "_t", "flow", "message_id", "ts", "resp_ts", searched.alias("_s")).filter("_s")
         if searches.height:
             ent = msgs.lazy().filter(pl.col("op").cast(pl.String) == "searchResEntry").select(
                 pl.col("transport").cast(pl.String).alias("_t"), "flow", "message_id",
                 pl.col("ts_last_ns").alias("_ets"), pl.col("dn").alias("_edn")).collect().drop_nulls("_edn")
             hit = searches.join(ent, on=["_t", "flow", "message_id"], how="inner").filter(
-                (pl.col("_ets") >= pl.col("ts")) & (pl.col("_ets") <= pl.col("resp_ts").fill_null(pl.col("_ets"))))
+                (pl.col("_ets") >= pl.col("ts")) & (pl.col("_ets") <= pl.col("resp_ts").fill_null(pl.col("_ets")))) \
+                .select("_r", "_ets", "_edn")
             hit = hit.with_columns(_via_unique(pl.col("_edn"), hit, "_edn", dn_key(pl.col("_edn")), pl.String)
-                                   .alias("key"), pl.col("_edn").alias("resource"),
-                                   pl.lit(True).alias("check"), pl.lit(SUB_SEARCH_ENTRY, pl.Int64).alias("sub"),
-                                   pl.col("_rmask").alias("rmask"))
+                                   .alias("key"))
             hit = hit.join(parts[0].select("_r", "key"), on=["_r", "key"], how="anti") \
                 .sort("_r", "key", "_ets", "_edn").unique(["_r", "key"], keep="first", maintain_order=True)
-            parts.append(hit.drop("_ets", "_edn"))
+            parts.append(ev[hit["_r"]].with_columns(
+                hit["key"], hit["_edn"].alias("resource"), pl.lit(True).alias("check"),
+                pl.lit(SUB_SEARCH_ENTRY, pl.Int64).alias("sub"), pl.col("_rmask").alias("rmask")))
     out = pl.concat([p.select(list(EVENT_SCHEMA)).cast(EVENT_SCHEMA) for p in parts])
     return out
 
