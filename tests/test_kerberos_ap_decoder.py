@@ -287,71 +287,65 @@ def _tokens(sets) -> list[tuple]:
             for row in ms.frame.select(pl.exclude("offset", "length"), "offset", "length").iter_rows()]
 
 
-@pytest.mark.parametrize("batch_bytes", [1, 5_000, 1 << 40])
-def test_smb2_decoded_in_batches_is_smb2_decoded_at_once(monkeypatch, batch_bytes):
-    """smb2_messages and the SESSION_SETUP tokens kerberos_ap reads are the same whether SMB2 is framed
-    a batch of ``batch_bytes`` of payload at a time (down to one connection per batch) or at once
-    (``smb2.decode_messages`` of every set)."""
-    from analyzer.decoders import kerberos_ap_tokens, smb2
-    from analyzer.tcp import connection_batches
-    monkeypatch.setattr(smb2, "FRAMING_BATCH_BYTES", batch_bytes)
-    root = Path(__file__).parent.parent
-    most = 0  # connections of a capture decoded one per batch
-    for path in (CORPUS / "zeek/krb/smb2_krb.pcap", REVIEW / "suricata-verify/smb2-09-trunc-file-logging/input.pcap",
-                 root / "samples" / "smb2-break-queue.pcap", root / "samples" / "smb2-toctou.pcap"):
-        with open_capture(path) as cap:
-            sets = smb2.message_sets(cap)
-            want = smb2.decode_messages(sets)
-            want_tokens = kerberos_ap_tokens.carried("smb2_messages", sets, want)
-            batches = connection_batches(cap, set(smb2.PROTOCOL.tcp_ports), batch_bytes)
-            assert cap.frame("smb2_messages").equals(want), path
-            got_tokens = kerberos_ap_tokens.remembered(cap, "smb2_messages")
-            assert _tokens(got_tokens) == _tokens(want_tokens), path  # each batch's buffer its own: offsets differ
-            ap = cap.frame("kerberos_ap")
-        if batch_bytes == 1:
-            assert len(batches) == want["flow"].n_unique()
-            most = max(most, len(batches))
-        monkeypatch.setattr(kerberos_ap_tokens, "keep", lambda *args: None)  # framed again: the same tokens
-        with open_capture(path) as cap:
-            assert cap.frame("kerberos_ap").equals(ap), path
-        monkeypatch.undo()
-        monkeypatch.setattr(smb2, "FRAMING_BATCH_BYTES", batch_bytes)
-    assert batch_bytes != 1 or most > 5
+def _decoded_at_once(carrier: str, cap) -> tuple[list, dict[str, pl.DataFrame]]:
+    """A carrier's message sets framed at once, and the frames its builder makes of them."""
+    from analyzer.decoders import ldap, ldap_sync, smb2
+    if carrier == "smb2":
+        sets = smb2.message_sets(cap)
+        return sets, {"smb2_messages": smb2.decode_messages(sets)}
+    sets = [ms for ms in ldap.message_sets(cap) if ms.height]
+    return sets, {"ldap_messages": ldap.decode_messages(sets), "ldap_sync": ldap_sync.decode_sync(sets)}
+
+
+_SAMPLES = Path(__file__).parent.parent / "samples"
+# per carrier: captures (each a list of files read as one), and the fewest batches of one connection
+# the one-byte batches must reach on one of them
+BATCHED = {
+    "smb2": ([[CORPUS / "zeek/krb/smb2_krb.pcap"], [REVIEW / "suricata-verify/smb2-09-trunc-file-logging/input.pcap"],
+              [_SAMPLES / "smb2-break-queue.pcap"], [_SAMPLES / "smb2-toctou.pcap"]], 5),
+    "ldap": ([[_SAMPLES / "krb5-replay-ldap-gssapi.pcapng"], [_SAMPLES / "eval" / "ldap-saturation-writes.pcap"],
+              # CLDAP datagrams and LDAP connections in one capture: the datagrams come with the first batch
+              [CORPUS / "suricata-verify/bug-8619/cldap-leak.pcap", _SAMPLES / "ldap-repl-conflict.pcap"]], 20),
+}
 
 
 @pytest.mark.parametrize("batch_bytes", [1, 5_000, 1 << 40])
-def test_ldap_decoded_in_batches_is_ldap_decoded_at_once(monkeypatch, batch_bytes):
-    """ldap_messages, ldap_sync (built with it) and the GSSAPI tokens kerberos_ap reads are the same
-    whether LDAP is framed a batch of ``batch_bytes`` of payload at a time (down to one connection per
-    batch; CLDAP datagrams with the first) or at once (``ldap.decode_messages`` of every set)."""
+@pytest.mark.parametrize("carrier", sorted(BATCHED))
+def test_a_carrier_decoded_in_batches_is_decoded_at_once(monkeypatch, carrier, batch_bytes):
+    """A carrier's messages frame (and ldap_sync, built with LDAP's), and the tokens kerberos_ap reads of
+    it (SMB2 SESSION_SETUP, LDAP GSSAPI binds), are the same whether it is framed a batch of
+    ``batch_bytes`` of payload at a time (down to one connection per batch) or at once."""
+    import importlib
+
     from analyzer import open_captures
-    from analyzer.decoders import kerberos_ap_tokens, ldap, ldap_sync
+    from analyzer.decoders import kerberos_ap_tokens
     from analyzer.tcp import connection_batches
-    monkeypatch.setattr(ldap, "FRAMING_BATCH_BYTES", batch_bytes)
-    samples = Path(__file__).parent.parent / "samples"
-    captures = [[samples / "krb5-replay-ldap-gssapi.pcapng"], [samples / "eval" / "ldap-saturation-writes.pcap"],
-                [CORPUS / "suricata-verify/bug-8619/cldap-leak.pcap", samples / "ldap-repl-conflict.pcap"]]
-    most = 0
+    module = importlib.import_module(f"analyzer.decoders.{carrier}")
+    monkeypatch.setattr(module, "FRAMING_BATCH_BYTES", batch_bytes)
+    captures, fewest = BATCHED[carrier]
+    messages = f"{carrier}_messages"
+    most = 0  # connections of a capture decoded one per batch
     for paths in captures:
         with open_captures(paths) as cap:
-            sets = [ms for ms in ldap.message_sets(cap) if ms.height]
-            want, want_sync = ldap.decode_messages(sets), ldap_sync.decode_sync(sets)
-            want_tokens = kerberos_ap_tokens.carried("ldap_messages", sets, want)
-            batches = connection_batches(cap, set(ldap.PROTOCOL.tcp_ports), batch_bytes)
-            got = cap.frame("ldap_messages")
-            assert got.equals(want) and cap.frame("ldap_sync").equals(want_sync), paths
-            assert _tokens(kerberos_ap_tokens.remembered(cap, "ldap_messages")) == _tokens(want_tokens), paths
+            sets, want = _decoded_at_once(carrier, cap)
+            want_tokens = kerberos_ap_tokens.carried(messages, sets, want[messages])
+            batches = connection_batches(cap, set(module.PROTOCOL.tcp_ports), batch_bytes)
+            for name, frame in want.items():
+                assert cap.frame(name).equals(frame), (name, paths)
+            got_tokens = kerberos_ap_tokens.remembered(cap, messages)
+            assert _tokens(got_tokens) == _tokens(want_tokens), paths  # each batch's buffer its own: offsets differ
             ap = cap.frame("kerberos_ap")
-        assert want.height and (want_sync.height or "sync" not in str(paths))
-        assert len(paths) == 1 or set(want["transport"].cast(pl.String)) == {"udp", "tcp"}  # CLDAP and LDAP
-        if batch_bytes == 1:
-            # one connection a batch (a connection with payload may carry no LDAPMessage)
-            assert len(batches) >= want.filter(pl.col("transport") == "tcp")["flow"].n_unique()
+        assert want[messages].height
+        assert "ldap-saturation-writes" not in str(paths[0]) or want["ldap_sync"].height  # syncrepl in it
+        if len(paths) > 1:
+            assert set(want[messages]["transport"].cast(pl.String)) == {"udp", "tcp"}
+        if batch_bytes == 1:  # one connection a batch (one with payload may carry no message)
+            assert len(batches) >= want[messages].filter(pl.col("transport") == "tcp")["flow"].n_unique()
             assert all(len(b) == 1 for b in batches[1:])
             most = max(most, len(batches))
         monkeypatch.setattr(kerberos_ap_tokens, "keep", lambda *args: None)  # framed again: the same tokens
         with open_captures(paths) as cap:
             assert cap.frame("kerberos_ap").equals(ap), paths
         monkeypatch.undo()
-        monkeypatch.setattr(ldap, "FRAMING_BATCH_BYTES", batch_bytes)
-    assert batch_bytes != 1 or most > 20
+        monkeypatch.setattr(module, "FRAMING_BATCH_BYTES", batch_bytes)
+    assert batch_bytes != 1 or most > fewest
