@@ -32,8 +32,8 @@ from .incidents_dns import TYPE_A, TYPE_AAAA, answer_addresses
 
 DNS_FRAME = "dns_transactions"
 # what retain() reads of the packets frame: each frame's addresses, and where the DNS responses are
-RETAINED_PACKET_COLUMNS = ("frame", "src", "dst", "payload_offset", "payload_caplen")
-PAYLOAD_COLUMNS = ("frame", "payload_offset", "payload_caplen")  # where the DNS responses are (dns_payloads)
+PAYLOAD_COLUMNS = ("payload_offset", "payload_caplen")  # where a packet's payload is in the capture
+RETAINED_PACKET_COLUMNS = ("frame", "src", "dst", *PAYLOAD_COLUMNS)
 
 
 @dataclass
@@ -83,11 +83,11 @@ class Retained:
 
 def dns_payloads(packets: pl.DataFrame) -> pl.DataFrame:
     """Where the packets to or from a DNS port (the DNS decoder's UDP ports: every datagram it decodes,
-    so every UDP response :func:`retain` reads) are in the capture: :data:`PAYLOAD_COLUMNS` of those
-    rows, in frame order. What a scan in partitions keeps of the payload columns while its partitions
+    so every UDP response :func:`retain` reads) are in the capture: frame and :data:`PAYLOAD_COLUMNS`
+    of those rows, in frame order. What a scan in partitions keeps of the payload columns while its partitions
     decode, instead of 12 bytes of every packet (120 MB of the calling process at 10M packets)."""
     ports = sorted(registry.protocol("dns").udp_ports)
-    return packets.filter(pl.col("sport").is_in(ports) | pl.col("dport").is_in(ports)).select(PAYLOAD_COLUMNS)
+    return packets.filter(pl.col("sport").is_in(ports) | pl.col("dport").is_in(ports)).select("frame", *PAYLOAD_COLUMNS)
 
 
 def retain(capture, frames=None, payloads: pl.DataFrame | None = None) -> Retained:
@@ -103,7 +103,7 @@ def retain(capture, frames=None, payloads: pl.DataFrame | None = None) -> Retain
     if dns is None and frames is not None and DNS_FRAME in frames:
         dns = capture.frame(DNS_FRAME)  # built by the run anyway (memoised): no extra cost
     located = packets if payloads is None else payloads
-    if dns is not None and dns.height and {"payload_offset", "payload_caplen"} <= set(located.columns):
+    if dns is not None and dns.height and set(PAYLOAD_COLUMNS) <= set(located.columns):
         out.dns_responses = _dns_responses(dns, located)
     return out
 

@@ -39,7 +39,7 @@ from .show import check_id, find_finding, print_finding, tshark_summaries
 KEPT_PACKET_COLUMNS = tuple(dict.fromkeys(PACKET_COLUMNS + RETAINED_PACKET_COLUMNS))
 # what a scan in partitions keeps of every packet while they decode: the payload columns the linker
 # reads of the DNS responses are kept of the packets to or from a DNS port alone (dns_payloads)
-PARTITIONED_PACKET_COLUMNS = tuple(c for c in KEPT_PACKET_COLUMNS if c not in PAYLOAD_COLUMNS or c == "frame")
+PARTITIONED_PACKET_COLUMNS = tuple(c for c in KEPT_PACKET_COLUMNS if c not in PAYLOAD_COLUMNS)
 # what the caller of a partitioned scan reads of the packets at all: the columns above, and those the
 # selection, the partitioning and the joining of pieces read; its workers decode (issue 13: the rest
 # of a packet's ~90 bytes is never held by the caller)

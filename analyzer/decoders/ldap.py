@@ -388,6 +388,8 @@ def _build_messages(cap) -> pl.DataFrame:
 
 
 def _in_time_order(frames: list[pl.DataFrame], columns, order: tuple[str, ...]) -> pl.DataFrame:
+    """The batches' frames as one, in the stable order of ``order`` (an empty frame of ``columns`` when
+    none has rows)."""
     frames = [f for f in frames if f.height]
     if not frames:
         return empty_frame(columns)
