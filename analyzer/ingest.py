@@ -314,8 +314,9 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
     decoded, nor their addresses interned (the caller casts the addresses to the whole reading's Enum),
     ``analyzer.kernels.reading``. The report's record and walker counts are the whole file's, its
     ``parse_status`` the kept rows'; the interfaces frame is inferred from the kept rows only (the
-    caller replaces it). ``silence_ns``: the ``times`` thinned, chunk by chunk, to the span and the
-    silences of at least that long (``analyzer.kernels.silences``; None: every timed record's)."""
+    caller replaces it). ``silence_ns``: each chunk's ``times`` thinned to its span and silences of at
+    least that long (``analyzer.kernels.silences``; None: every timed record's); the reader of a part,
+    ``analyzer.capture``, thins their concatenation over the files once more."""
     data = data or open_bytes(path)
     buf = data.buf
     fmt = detect(bytes(buf[:PCAP_FILE_HEADER_LEN]))
@@ -410,8 +411,7 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
     interfaces = _interfaces_frame(fmt, buf, ifaces, int(state[rk.ST_N_IFACES]), packets)
     tables = PacketTables(packets, sack, icmp, interfaces, report, fmt, section)
     if kept is not None:
-        tables.times = thinned_times(pl.concat(times), silence_ns) if times else \
-            pl.DataFrame(schema={"frame": pl.UInt32, "ts_ns": pl.Int64})
+        tables.times = pl.concat(times) if times else pl.DataFrame(schema={"frame": pl.UInt32, "ts_ns": pl.Int64})
     return data, tables
 
 

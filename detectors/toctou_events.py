@@ -14,6 +14,7 @@ from __future__ import annotations
 import polars as pl
 
 from analyzer.decoders.smb2_tables import FILE_DELETE_ON_CLOSE
+from analyzer.wide_frames import selected_rows
 
 from .base import client_identity, optional_frame
 from .smb_break_queue import path_key
@@ -257,7 +258,7 @@ def ldap_events(tx: pl.DataFrame | None, msgs: pl.DataFrame | None, params) -> p
     if msgs is not None and msgs.height:
         searched = (pl.col("operation") == "searchRequest") & (pl.col("status") == "success") \
             & (pl.col("entries").fill_null(0) > 0) & (pl.col("entries") <= params.max_entries_per_search)
-        searches = ev.select("_r", "_t", "flow", "message_id", "ts", "resp_ts", searched.alias("_s")).filter("_s")
+        searches = selected_rows(ev, searched, "_r", "_t", "flow", "message_id", "ts", "resp_ts")
         if searches.height:
             ent = msgs.lazy().filter(pl.col("op").cast(pl.String) == "searchResEntry").select(
                 pl.col("transport").cast(pl.String).alias("_t"), "flow", "message_id",

@@ -54,7 +54,7 @@ import polars as pl
 
 from ..capture import frame_builder
 from ..messages import FRAMING_BATCH_BYTES, KEPT_COLUMNS, MessageSet, message_set_batches, protocol_message_sets
-from ..row_order import sorted_rows
+from ..wide_frames import concat_in_order
 from ..schema import FRAMES, Column, column, empty_frame, polars_type
 from .protocol import Protocol
 from . import ber, kerberos_ap_tokens
@@ -382,20 +382,10 @@ def _build_messages(cap) -> pl.DataFrame:
         frames.append(frame)
         del sets, set_units  # this batch's copies, before the generator frames the next
     kerberos_ap_tokens.keep(cap, "ldap_messages", tokens)
-    if sync:
-        cap.set_frame("ldap_sync", _in_time_order(syncs, ldap_sync.SYNC_COLUMNS, ("ts_ns", "frame")))
-    return _in_time_order(frames, MESSAGE_COLUMNS, ("ts_last_ns", "frame_last"))
-
-
-def _in_time_order(frames: list[pl.DataFrame], columns, order: tuple[str, ...]) -> pl.DataFrame:
-    """The batches' frames as one, in the stable order of ``order`` (an empty frame of ``columns`` when
-    none has rows)."""
-    frames = [f for f in frames if f.height]
-    if not frames:
-        return empty_frame(columns)
-    if len(frames) == 1:
-        return frames[0]
-    return sorted_rows(pl.concat(frames, how="vertical_relaxed"), order)
+    if sync:  # a batch without rows gives a frame of the schema's types, not the capture's
+        cap.set_frame("ldap_sync", concat_in_order([f for f in syncs if f.height], ("ts_ns", "frame"),
+                                                   empty_frame(ldap_sync.SYNC_COLUMNS)))
+    return concat_in_order([f for f in frames if f.height], ("ts_last_ns", "frame_last"), empty_frame(MESSAGE_COLUMNS))
 
 
 def outcome_rules() -> tuple[str, str]:

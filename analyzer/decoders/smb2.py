@@ -27,7 +27,7 @@ from ..capture import frame_builder
 from ..messages import FRAMING_BATCH_BYTES, KEPT_COLUMNS, MESSAGE_COLUMNS as _SET_COLUMNS, message_set_batches
 from ..messages import protocol_message_sets
 from ..messages import MessageSet
-from ..row_order import sorted_rows
+from ..wide_frames import concat_in_order
 from ..schema import FRAMES, Column, column, empty_frame
 from .protocol import Protocol
 from . import smb2_kernel as k
@@ -326,10 +326,7 @@ def decode_messages(sets: Sequence[MessageSet], first: int = 0) -> pl.DataFrame:
             raise ValueError(f"message set lacks columns {sorted(missing)}")
         frames.append(_decode_set(ms, first))
         first += ms.height
-    if not frames:
-        return empty_messages()
-    frame = pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0]
-    return sorted_rows(frame, MESSAGE_ORDER)
+    return concat_in_order(frames, MESSAGE_ORDER, empty_messages())
 
 
 # --- registration --------------------------------------------------------------------------------
@@ -376,9 +373,7 @@ def _build_messages(cap) -> pl.DataFrame:
         frames.append(frame)
         del sets
     kerberos_ap_tokens.keep(cap, "smb2_messages", tokens)
-    if not frames:
-        return empty_messages()
-    return sorted_rows(pl.concat(frames, how="vertical_relaxed"), MESSAGE_ORDER)
+    return concat_in_order(frames, MESSAGE_ORDER, empty_messages())
 
 
 @frame_builder("smb2_transactions")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from ..row_order import sorted_rows
+from ..wide_frames import selected_rows, sorted_rows
 from ..schema import polars_type
 
 
@@ -51,7 +51,7 @@ MESSAGE_ORDER = ("frame_last", "message", "chain_index")
 def header_rows(messages: pl.DataFrame) -> pl.DataFrame:
     """SMB2 rows in wire order with an ordinal ``ord``, the compound size, and SessionId / TreeId
     inherited by related compound elements (only the columns pairing uses)."""
-    rows = messages.select(*USED, (pl.col("kind") == "smb2").alias("_smb2")).filter("_smb2").drop("_smb2")
+    rows = selected_rows(messages, pl.col("kind") == "smb2", *USED)
     rows = sorted_rows(rows, MESSAGE_ORDER)  # as smb2_messages' builder leaves them, unless given others
     related = pl.col("is_related").fill_null(False) & (pl.col("chain_index") > 0)
     return rows.with_row_index("ord").with_columns(

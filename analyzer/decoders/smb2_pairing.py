@@ -24,6 +24,7 @@ import numpy as np
 import polars as pl
 
 from ..schema import Column, column
+from ..wide_frames import selected_rows
 from . import smb2_tables as t
 from .common import TRANSACTION_COMMON
 from .ntstatus import STATUS_PENDING, status_is_error, status_names
@@ -203,10 +204,9 @@ def _cancels(q: pl.DataFrame) -> pl.DataFrame:
     """CANCEL → the request it targets: by AsyncId (async form, the interim response's) or else by
     MessageId (sync form), the latest such request before the CANCEL (MS-SMB2 3.2.4.24)."""
     is_cancel = pl.col("command") == "CANCEL"
-    cancels = q.select("ord", "flow", "message_id", "async_id", "is_async", pl.col("frame_last").alias("c_frame"),
-                       pl.col("ts_last_ns").alias("c_ts"), is_cancel.alias("_cancel")).filter("_cancel")
-    targets = q.select("ord", "flow", "message_id", "interim_async_id", is_cancel.alias("_cancel")) \
-        .filter(~pl.col("_cancel"))
+    cancels = selected_rows(q, is_cancel, "ord", "flow", "message_id", "async_id", "is_async",
+                            pl.col("frame_last").alias("c_frame"), pl.col("ts_last_ns").alias("c_ts"))
+    targets = selected_rows(q, ~is_cancel, "ord", "flow", "message_id", "interim_async_id")
     empty = pl.DataFrame(schema={"ord": pl.Int64, "target_ord": pl.Int64})
     links = [empty]
     if cancels.height and targets.height:
@@ -231,11 +231,6 @@ def _cancels(q: pl.DataFrame) -> pl.DataFrame:
     return _aligned(q, first_cancel)
 
 
-def _selected(q: pl.DataFrame, where: pl.Expr, *columns) -> pl.DataFrame:
-    """``columns`` of the rows of ``q`` where ``where`` holds: selected first, so only they are copied."""
-    return q.select(*columns, where.alias("_where")).filter("_where").drop("_where")
-
-
 def _paths(q: pl.DataFrame) -> pl.DataFrame:
     """share (TreeId → TREE_CONNECT path), path and effective FileId (see the module doc). ``q`` is in
     ``ord`` order, in which the elements of a compound message are contiguous and in chain order."""
@@ -243,7 +238,7 @@ def _paths(q: pl.DataFrame) -> pl.DataFrame:
     # A session, and its tree connects and opens, can span connections (multichannel, MS-SMB2 3.2.4.1.7,
     # 3.3.5.5.2), so trees and FileIds are looked up per server and SessionId, not per connection.
     q = q.with_columns(pl.col("dst").cast(pl.String).alias("_server"))
-    trees = _selected(q, (pl.col("command") == "TREE_CONNECT") & ok,
+    trees = selected_rows(q, (pl.col("command") == "TREE_CONNECT") & ok,
                       "_server", pl.col("final_session_id").alias("session_id"),
                       pl.col("final_tree_id").alias("tree_id"), pl.col("tree").alias("share"),
                       pl.col("final_ord").alias("_on")).drop_nulls(["tree_id", "session_id"])
@@ -254,7 +249,7 @@ def _paths(q: pl.DataFrame) -> pl.DataFrame:
     q = q.with_columns(
         pl.when(is_create).then(_join_path(pl.col("share"), pl.col("filename"))).alias("create_path"),
     )
-    opens = _selected(q, is_create & ok,
+    opens = selected_rows(q, is_create & ok,
                       "_server", "session_id", "tree_id", pl.col("final_fid_persistent").alias("fid_p"),
                       pl.col("final_fid_volatile").alias("fid_v"), pl.col("create_path").alias("fid_path"),
                       pl.col("lease_key").alias("fid_lease_key"), pl.col("final_ord").alias("_on")
@@ -286,7 +281,7 @@ def _paths(q: pl.DataFrame) -> pl.DataFrame:
         .alias("open_lease_key"),
     )
     # lease break acknowledgments name no FileId: the path of the latest CREATE that asked for the key
-    leases = _selected(q, is_create & pl.col("lease_key").is_not_null(),
+    leases = selected_rows(q, is_create & pl.col("lease_key").is_not_null(),
                        "_server", pl.col("lease_key").alias("_ack_key"), pl.col("create_path").alias("lease_path"),
                        pl.col("ord").alias("_on"))
     q = q.with_columns(pl.when(pl.col("break_kind") == "lease_break_ack").then(pl.col("lease_key")).alias("_ack_key"))

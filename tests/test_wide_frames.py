@@ -1,11 +1,11 @@
-"""Rows put in order by an arg sort and one gather (``analyzer.row_order``) are Polars' stable sort's."""
+"""Rows put in order by an arg sort and one gather (``analyzer.wide_frames``) are Polars' stable sort's."""
 from __future__ import annotations
 
 import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzer.row_order import in_order, sorted_rows
+from analyzer.wide_frames import in_order, sorted_rows
 
 
 def test_in_order_is_the_lexicographic_order():

@@ -1,10 +1,12 @@
-"""Putting a wide frame's rows in order without holding it twice.
+"""A wide frame's rows cut and put in order without holding the frame twice.
 
 ``DataFrame.sort`` gathers every column while it still holds the sorting's own copies: on the LDAP
 server's partition of the 10M synth capture (666k messages of 48 columns, a dozen of them text) the
 stable sort of the decoded batches peaked at +480 MB, an arg sort of the keys and one gather of the
-rows at +263 MB (the result itself), the rows the same. And a frame already in order (a builder's
-batches of one connection, the messages its builder sorted) need not be gathered at all.
+rows at +263 MB (the result itself), the rows the same. A frame already in order (a builder's
+batches of one connection, the messages its builder sorted) need not be gathered at all. And a
+filter of a wide frame copies every column of the rows it keeps: selecting the few columns wanted
+first copies only those.
 """
 from __future__ import annotations
 
@@ -29,3 +31,17 @@ def sorted_rows(frame: pl.DataFrame, by: tuple[str, ...]) -> pl.DataFrame:
     if in_order(frame, by):
         return frame
     return frame[frame.select(pl.arg_sort_by(*by, maintain_order=True)).to_series()]
+
+
+def concat_in_order(frames: list[pl.DataFrame], by: tuple[str, ...], empty: pl.DataFrame) -> pl.DataFrame:
+    """``frames`` (a decoder's batches) as one, in the stable order of ``by`` (:func:`sorted_rows`);
+    ``empty`` when there are none."""
+    if not frames:
+        return empty
+    return sorted_rows(pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0], by)
+
+
+def selected_rows(frame: pl.DataFrame, where: pl.Expr, *columns) -> pl.DataFrame:
+    """``columns`` (names or expressions) of the rows of ``frame`` where ``where`` holds, selected before
+    they are filtered, so only they are copied."""
+    return frame.select(*columns, where.alias("_where")).filter("_where").drop("_where")
