@@ -54,3 +54,46 @@ def test_bench_worker_stages(tmp_path):
     two = stages["scan, 8 pieces, 2 workers"]
     assert stages["scan, 8 pieces, 1 worker"]["status"] == "ok" and two["status"] == "ok"
     assert "findings identical to 1 worker" in two["note"] and "parallel efficiency" in two["note"]
+
+
+def test_captures_beyond_synths_reach_are_its_captures_one_after_the_other(tmp_path, monkeypatch):
+    """The 100M-packet capture is ten 10M ones (synth.py holds its frames in memory) of successive seeds:
+    here three of 2,000 packets. Each part's records are that seed's capture's bytes but for the times,
+    shifted to start REPEAT_GAP_US after the previous part's last packet; the labels move alike; only
+    the first seed's capture stays cached."""
+    import numpy as np
+
+    from analyzer import open_capture
+    monkeypatch.syspath_prepend(str(BENCH.parent))
+    bench = importlib.import_module("bench")
+    monkeypatch.setattr(bench, "SYNTH_LARGEST_PACKETS", 2000)
+    path, _ = bench.ensure_capture(tmp_path / "cache", 6000, 1, "pcap", False)
+    assert sorted(p.name.split("-")[2] for p in (tmp_path / "cache").glob("synth-2000-*.pcap")) == ["s1"]
+    joined = open_capture(str(path)).packets
+    assert joined.height == 6000
+    body = path.read_bytes()[24:]
+    labels = json.loads(Path(str(path) + ".labels.json").read_text())
+    at, next_first = 0, None
+    for k, seed in enumerate((1, 2, 3)):
+        part, _ = bench.ensure_capture(tmp_path / "parts", 2000, seed, "pcap", False)
+        one = open_capture(str(part)).packets["ts_ns"].to_numpy()
+        shift = 0 if next_first is None else next_first - one[0]
+        ts = joined["ts_ns"].to_numpy()[2000 * k:2000 * (k + 1)]
+        np.testing.assert_array_equal(ts, one + shift)
+        next_first = ts[-1] + bench.REPEAT_GAP_US * 1000
+        own = part.read_bytes()[24:]
+        mine = np.frombuffer(body[at:at + len(own)], np.uint8).copy()
+        theirs = np.frombuffer(own, np.uint8).copy()
+        off = 0
+        while off < len(own):                                  # every byte but each record's ts_sec, ts_usec
+            mine[off:off + 8] = theirs[off:off + 8] = 0
+            off += 16 + int.from_bytes(own[off + 8:off + 12], "little")
+        np.testing.assert_array_equal(mine, theirs)
+        at += len(own)
+        part_labels = json.loads(Path(str(part) + ".labels.json").read_text())
+        moved = [l for l in labels if l["start_ns"] == part_labels[0]["start_ns"] + shift]
+        assert moved and moved[0]["detector"] == part_labels[0]["detector"]
+    assert at == len(body) and (np.diff(joined["ts_ns"].to_numpy()) >= 0).all()
+    assert len(labels) == 3 * len(part_labels)
+    with pytest.raises(SystemExit, match="multiple"):
+        bench.ensure_capture(tmp_path, 5000, 1, "pcap", False)

@@ -4,7 +4,8 @@
     python tests/benchmarks/bench.py [--packets 1000000 [--packets 10000000 ...]] [--seed 1] [--skip-tshark] [--json OUT]
 
 Generates (once, cached under ``.bench/`` in the repository root) a deterministic mixed capture
-with ``samples/synth.py`` and times, in one run:
+with ``samples/synth.py`` (beyond 10M packets, which synth.py cannot hold in memory, 10M captures of
+successive seeds one after the other: :func:`repeated_capture`) and times, in one run:
 
   cat                 ``cat FILE > /dev/null`` with the file already in the page cache
   herdscope ingest    ``analyzer.open_capture(FILE).packets`` in this process, after imports and one
@@ -745,9 +746,20 @@ def synth_digest() -> str:
     return h.hexdigest()[:12]
 
 
+# synth.py builds every frame in memory before it writes them (about 0.9 GB per million packets), so
+# it cannot write a capture much beyond this on a 24 GiB machine; larger sizes join captures of this
+# size of successive seeds (repeated_capture)
+SYNTH_LARGEST_PACKETS = 10_000_000
+REPEAT_GAP_US = 1_000  # between one repeat's last packet and the next one's first
+
+
 def ensure_capture(cache: Path, packets: int, seed: int, fmt: str, regenerate: bool) -> tuple[Path, float | None]:
-    """The cached capture for these arguments and this version of synth.py (generated if missing)."""
+    """The cached capture for these arguments and this version of synth.py (generated if missing).
+    Beyond :data:`SYNTH_LARGEST_PACKETS` (a multiple of it), captures of that size of successive seeds,
+    one after the other in time (:func:`repeated_capture`)."""
     cache.mkdir(parents=True, exist_ok=True)
+    if packets > SYNTH_LARGEST_PACKETS:
+        return repeated_capture(cache, packets, seed, fmt, regenerate)
     stem = f"synth-{packets}-s{seed}-{synth_digest()}"
     path = cache / f"{stem}.{fmt}"
     labels = Path(str(path) + ".labels.json")
@@ -764,6 +776,83 @@ def ensure_capture(cache: Path, packets: int, seed: int, fmt: str, regenerate: b
     os.replace(str(tmp) + ".labels.json", labels)
     os.replace(tmp, path)
     return path, took
+
+
+def repeated_capture(cache: Path, packets: int, seed: int, fmt: str, regenerate: bool) -> tuple[Path, float | None]:
+    """A capture of ``packets`` packets made of :data:`SYNTH_LARGEST_PACKETS`-packet synth captures of the
+    seeds ``seed``, ``seed + 1``, ... one after the other, each shifted in time to start
+    :data:`REPEAT_GAP_US` after the previous one's last packet: the same site (synth.py's hosts and
+    servers do not depend on the seed) for longer, with sessions, ports, sequence numbers and tickets of
+    their own; one copy of the same file would replay every Kerberos authenticator and TCP sequence
+    number, which replay and tcp_stall rightly report (on 4 December 2026, ten copies of seed 1: 23,061
+    replay and 20,675 tcp_stall findings). Classic µs pcap; the labels are each part's, shifted alike.
+    Each part is generated in turn and, but for ``seed``'s own (the smaller benchmark's), deleted once
+    appended, so the disk holds the result and one part."""
+    if fmt != "pcap" or packets % SYNTH_LARGEST_PACKETS:
+        raise SystemExit(f"captures beyond {SYNTH_LARGEST_PACKETS:,} packets are synth captures of that many "
+                         f"packets one after the other: --packets a multiple of it, --format pcap")
+    parts = packets // SYNTH_LARGEST_PACKETS
+    path = cache / f"synth-{packets}-s{seed}-{synth_digest()}-{parts}-seeds.pcap"
+    labels = Path(str(path) + ".labels.json")
+    if path.exists() and labels.exists() and not regenerate:
+        return path, None
+    for old in cache.glob(f"synth-{packets}-s{seed}-*"):
+        old.unlink()
+    t0 = time.perf_counter()
+    tmp = cache / f".{path.name}.tmp"
+    joined_labels, next_first_us = [], None
+    with open(tmp, "wb") as out:
+        for k in range(parts):
+            base, _ = ensure_capture(cache, SYNTH_LARGEST_PACKETS, seed + k, fmt, regenerate and k == 0)
+            shift_us, last_us = _append_shifted(base, out, next_first_us, header=k == 0)
+            next_first_us = last_us + REPEAT_GAP_US
+            for label in json.loads(Path(str(base) + ".labels.json").read_text()):
+                moved = {key: (v + shift_us * 1000 if key in ("start_ns", "end_ns") else v) for key, v in label.items()}
+                moved["parameters"] = {key: (v + shift_us * 1000 if key.endswith("_ns") else v)
+                                       for key, v in label["parameters"].items()}
+                joined_labels.append(moved)
+            if k:
+                for done in (base, Path(str(base) + ".labels.json")):
+                    done.unlink()
+    labels.write_text(json.dumps(joined_labels, indent=1) + "\n")
+    os.replace(tmp, path)
+    return path, time.perf_counter() - t0
+
+
+def _append_shifted(base: Path, out, first_us: int | None, *, header: bool) -> tuple[int, int]:
+    """Append the records of the µs pcap ``base`` to ``out`` (its file header too when ``header``), their
+    times shifted so that the first is ``first_us`` (None: unshifted); returns (the shift, the last
+    record's new time), in µs."""
+    import numpy as np
+    data = np.memmap(base, np.uint8, mode="r")
+    view = memoryview(data)
+    offsets, off = [], 24                                    # of each record header
+    while off + 16 <= len(data):
+        offsets.append(off)
+        off += 16 + int.from_bytes(view[off + 8:off + 12], "little")
+    offsets = np.asarray(offsets, np.int64)
+
+    def u32(at):
+        b = data[at[:, None] + np.arange(4)].astype(np.int64)
+        return b[:, 0] | b[:, 1] << 8 | b[:, 2] << 16 | b[:, 3] << 24
+
+    def time_us(at):
+        return u32(at) * 1_000_000 + u32(at + 4)
+    shift_us = 0 if first_us is None else first_us - int(time_us(offsets[:1])[0])
+    if header:
+        out.write(bytes(data[:24]))
+    records_per_write = 1 << 20
+    for lo in range(0, len(offsets), records_per_write):
+        at = offsets[lo:lo + records_per_write]
+        end = offsets[lo + records_per_write] if lo + records_per_write < len(offsets) else len(data)
+        chunk = np.array(data[at[0]:end])
+        local = at - at[0]
+        us = time_us(at) + shift_us
+        for field_at, value in ((local, us // 1_000_000), (local + 4, us % 1_000_000)):
+            for byte in range(4):
+                chunk[field_at + byte] = (value >> (8 * byte)) & 0xFF
+        out.write(chunk.tobytes())
+    return shift_us, int(time_us(offsets[-1:])[0]) + shift_us
 
 
 # ------------------------------------------------------------------------------------------------
