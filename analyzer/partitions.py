@@ -59,6 +59,7 @@ from .decoders.registry import protocol_of_frame, protocols
 from .kernels.pairs import address_pairs
 from .kernels.silences import KEEP_EVERY_TIME
 from .messages import flow_key
+from .wide_frames import sorted_rows
 
 # frame -> the columns its builder sorts its rows by (after the ids are renumbered); a frame not
 # listed here keeps partition order, which tests/test_partitions.py would catch
@@ -231,13 +232,15 @@ def _udp_flow_maps(parts, protocol: str) -> list[pl.DataFrame] | None:
 
 
 def _remap(frame: pl.DataFrame, column: str, mapping: pl.DataFrame, where: pl.Expr | None = None) -> pl.DataFrame:
-    """``column`` through ``mapping`` (columns: local id under the name ``mapping.columns[0]``, _global)."""
-    local = mapping.columns[0]
-    m = mapping.rename({local: "_local"}).with_columns(pl.col("_local").cast(frame.schema[column]))
-    out = frame.with_row_index("_r").join(m, left_on=column, right_on="_local", how="left").sort("_r")
-    new = pl.col("_global").cast(frame.schema[column])
+    """``column`` through ``mapping`` (columns: local id under the name ``mapping.columns[0]``, _global;
+    an id it does not list becomes null), only where ``where`` holds when given. Only the column is
+    worked on: a join of the frame would copy every column of a wide frame (``tcp_segments``) twice."""
+    dtype = frame.schema[column]
+    local = mapping.get_column(mapping.columns[0]).cast(dtype)
+    new = pl.col(column).replace_strict(local, mapping.get_column("_global").cast(dtype), default=None,
+                                        return_dtype=dtype)
     new = pl.when(where).then(new).otherwise(pl.col(column)) if where is not None else new
-    return out.with_columns(new.alias(column)).drop("_r", "_global")
+    return frame.with_columns(new.alias(column))
 
 
 def _renumber(name: str, frame: pl.DataFrame, conn_map, udp_map, ordinal_base: dict[str, int]) -> pl.DataFrame:
@@ -314,9 +317,20 @@ def merge_frames(parts: list[dict[str, pl.DataFrame]], conn_maps: list[pl.DataFr
         frame = pl.concat(_unify_enums(nonempty), how="vertical_relaxed") if len(nonempty) > 1 else nonempty[0]
         if "qp_pair" in frame.columns:
             frame = _qp_pairs(frame)
-        order = [c for c in MERGE_ORDER.get(name, ()) if c in frame.columns]
-        merged[name] = frame.sort(order, maintain_order=True) if order else frame
+        merged[name] = _in_merge_order(frame, name)
     return merged
+
+
+def _in_merge_order(frame: pl.DataFrame, name: str) -> pl.DataFrame:
+    """``frame``'s rows in the order its builder sorts them (:data:`MERGE_ORDER`, stable): gathered once
+    by the keys' arg sort (``wide_frames.sorted_rows``: a sort of the wide frame held its columns about
+    twice), or as they are when already in order."""
+    order = tuple(c for c in MERGE_ORDER.get(name, ()) if c in frame.columns)
+    if not order:
+        return frame
+    if frame.select(pl.any_horizontal(pl.col(order).is_null().any())).item():
+        return frame.sort(order, maintain_order=True)  # sorted_rows' keys have no nulls
+    return sorted_rows(frame, order)
 
 
 # -- client buckets ----------------------------------------------------------------------------------

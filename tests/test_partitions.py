@@ -22,7 +22,7 @@ import polars as pl
 import pytest
 
 import detectors
-from analyzer import open_capture
+from analyzer import open_capture, partitions
 from analyzer.capture import READER_FRAMES
 from analyzer.capture import open_captures
 from analyzer.partitions import (CONNECTION_FRAMES, ORDINALS, FrameSet, balanced_partitions, client_buckets,
@@ -117,6 +117,30 @@ def test_partition_detectors_find_on_the_partitions_what_they_find_on_the_whole(
         # shorter silence after which traffic resumed cleanly (cannot judge)
         kind = {500_000_000: "rto", 50_000_000: "capture_gap"}[overrides["tcp_stall.capture_gap_ns"]]
         assert kind in whole.filter(pl.col("detector") == "tcp_stall")["kind"].to_list()
+
+
+def test_remap_renumbers_only_the_column_and_only_where_asked():
+    """The merge's renumbering (``_remap``): ids through the map, an id the map does not list and a null
+    become null, rows outside ``where`` keep theirs, the column its type, every other column untouched."""
+    frame = pl.DataFrame({"conn": pl.Series([3, 0, 7, None, 3], dtype=pl.UInt32),
+                          "transport": ["tcp", "tcp", "tcp", "tcp", "udp"], "payload": [b"a", b"b", b"c", b"d", b"e"]})
+    mapping = pl.DataFrame({"conn": pl.Series([0, 3], dtype=pl.UInt32), "_global": pl.Series([10, 11], dtype=pl.UInt32)})
+    out = partitions._remap(frame, "conn", mapping, pl.col("transport") == "tcp")
+    assert out.schema == frame.schema
+    assert out["conn"].to_list() == [11, 10, None, None, 3]
+    assert out.drop("conn").equals(frame.drop("conn"))
+    assert partitions._remap(frame, "conn", mapping)["conn"].to_list() == [11, 10, None, None, 11]
+
+
+@pytest.mark.parametrize("keys", [[(2, 1), (1, 5), (2, 0), (1, 5)], [(None, 1), (1, 2), (None, 0), (0, 9)]],
+                         ids=["no-nulls", "nulls"])
+def test_merged_rows_are_in_the_builders_stable_order(keys):
+    """``_in_merge_order`` is ``sort(MERGE_ORDER[name], maintain_order=True)``, with nulls in the keys too."""
+    frame = pl.DataFrame({"request_ts_ns": [k[0] for k in keys], "request_frame": [k[1] for k in keys],
+                          "row": list(range(len(keys)))}, schema_overrides={"request_ts_ns": pl.Int64})
+    expected = frame.sort("request_ts_ns", "request_frame", maintain_order=True)
+    assert partitions._in_merge_order(frame, "dns_transactions").equals(expected)
+    assert partitions._in_merge_order(expected, "dns_transactions").equals(expected)
 
 
 def _client_buckets(path, count: int) -> tuple[list[dict[str, pl.DataFrame]], dict[str, pl.DataFrame]]:
