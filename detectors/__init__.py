@@ -293,8 +293,10 @@ def detect_partition(capture, whole_packets: pl.DataFrame, names: list[str],
     """The findings of detectors ``names`` (each declaring PARTITION) on one server partition of a
     capture, its frames built: ``capture.packets`` is put back to the whole capture's ``whole_packets``
     (frame, ts_ns) first, so spans and rates are the capture's (base.py, PARTITION)."""
-    for name in required_frames(names):
+    needed = required_frames(names)
+    for name in needed:
         capture.frame(name)
+    capture.release(needed, PACKET_COLUMNS)  # the partition's own packets and the builders' memos
     capture.set_frame("packets", whole_packets.select(PACKET_COLUMNS))
     return detect_frames(capture, names, overrides)
 
