@@ -326,11 +326,7 @@ def _in_merge_order(frame: pl.DataFrame, name: str) -> pl.DataFrame:
     by the keys' arg sort (``wide_frames.sorted_rows``: a sort of the wide frame held its columns about
     twice), or as they are when already in order."""
     order = tuple(c for c in MERGE_ORDER.get(name, ()) if c in frame.columns)
-    if not order:
-        return frame
-    if frame.select(pl.any_horizontal(pl.col(order).is_null().any())).item():
-        return frame.sort(order, maintain_order=True)  # sorted_rows' keys have no nulls
-    return sorted_rows(frame, order)
+    return sorted_rows(frame, order) if order else frame
 
 
 # -- client buckets ----------------------------------------------------------------------------------

@@ -26,8 +26,11 @@ def in_order(frame: pl.DataFrame, by: tuple[str, ...]) -> bool:
 
 
 def sorted_rows(frame: pl.DataFrame, by: tuple[str, ...]) -> pl.DataFrame:
-    """``frame``'s rows in the stable order of ``by`` (as ``frame.sort(by, maintain_order=True)``; no
-    nulls in them): itself when already in order, else one gather by the keys' stable arg sort."""
+    """``frame``'s rows in the stable order of ``by`` (as ``frame.sort(by, maintain_order=True)``):
+    itself when already in order, else one gather by the keys' stable arg sort; sorted by
+    ``DataFrame.sort`` when the keys have nulls (:func:`in_order` does not judge those)."""
+    if frame.select(pl.any_horizontal(pl.col(list(by)).is_null().any())).item():
+        return frame.sort(by, maintain_order=True)
     if in_order(frame, by):
         return frame
     return frame[frame.select(pl.arg_sort_by(*by, maintain_order=True)).to_series()]
