@@ -29,6 +29,7 @@ import dataclasses
 import logging
 import os
 import tempfile
+from collections.abc import Mapping
 
 import click
 import polars as pl
@@ -148,9 +149,23 @@ def _spill(frames: dict[str, pl.DataFrame], spill_dir: str, stem: str) -> dict[s
     return paths
 
 
-def _read_spilled(frames: dict) -> dict[str, pl.DataFrame]:
-    """Frames as a task returned them: themselves, or the paths of their spilled files."""
-    return {name: pl.read_ipc(f) if isinstance(f, str) else f for name, f in frames.items()}
+class _Spilled(Mapping):
+    """Frames as a task returned them (themselves, or the paths of their spilled files), each read from
+    its file when asked for and held by no one here: a merge (``analyzer.partitions.merge_frames``) then
+    holds one frame of every part at a time, not every frame of every part from the start."""
+
+    def __init__(self, frames: dict):
+        self._frames = frames
+
+    def __getitem__(self, name: str) -> pl.DataFrame:
+        frame = self._frames[name]
+        return pl.read_ipc(frame) if isinstance(frame, str) else frame
+
+    def __iter__(self):
+        return iter(self._frames)
+
+    def __len__(self) -> int:
+        return len(self._frames)
 
 
 def client_bucket_task(pieces: list[dict], conn_maps: list[pl.DataFrame], shared: dict, then) -> dict:
@@ -158,7 +173,7 @@ def client_bucket_task(pieces: list[dict], conn_maps: list[pl.DataFrame], shared
     merged with the whole run's connection numbers (``conn_maps``), with the caller's ``shared``
     frames and facts (``frames``: interfaces, packets; ``path``, ``files``, ``pieces``, ``warnings``),
     handed to ``then(frame_set)``; returns what it returns (a dict of small frames)."""
-    merged = merge_frames([_read_spilled(p) for p in pieces], conn_maps)
+    merged = merge_frames([_Spilled(p) for p in pieces], conn_maps)
     facts = {k: v for k, v in shared.items() if k != "frames"}
     return then(FrameSet({**shared["frames"], **merged}, **facts))
 
@@ -201,7 +216,7 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
         heads = [client.submit(_part, d, 0, pure=False) for d in decoded]
         extras_of = [client.submit(_part, d, 1, pure=False) for d in decoded]
         try:
-            parts = [_read_spilled(frames) for frames in client.gather(heads)]
+            parts = [_Spilled(frames) for frames in client.gather(heads)]  # read as they are merged
             conn_maps = connection_maps(parts)
             found = client.gather(extras_of)
             if client_frames:
@@ -213,11 +228,12 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
             if not isinstance(client, InProcess) and isinstance(exc, _dask().KilledWorker):
                 raise ClusterFailure(f"a Dask worker died while decoding (out of memory?): {exc}") from exc
             raise
+        merged = merge_frames(parts, conn_maps)  # before the spilled files go
     extras: dict[str, list] = {}
     for extra in found:
         for name, frame in extra.items():
             extras.setdefault(name, []).append(frame)
-    return merge_frames(parts, conn_maps), {name: pl.concat(frames) for name, frames in extras.items()}
+    return merged, {name: pl.concat(frames) for name, frames in extras.items()}
 
 
 def decode_into(client, cap, names, *, local: bool = True, **options) -> dict[str, pl.DataFrame]:
