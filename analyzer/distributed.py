@@ -161,6 +161,9 @@ class _Spilled(Mapping):
         frame = self._frames[name]
         return pl.read_ipc(frame) if isinstance(frame, str) else frame
 
+    def __contains__(self, name) -> bool:  # Mapping's would read the frame
+        return name in self._frames
+
     def __iter__(self):
         return iter(self._frames)
 

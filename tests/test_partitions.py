@@ -119,6 +119,24 @@ def test_partition_detectors_find_on_the_partitions_what_they_find_on_the_whole(
         assert kind in whole.filter(pl.col("detector") == "tcp_stall")["kind"].to_list()
 
 
+def test_spilled_frames_are_read_when_the_merge_reaches_them(tmp_path):
+    """A partition's spilled frames are read from their files one at a time as the merge asks for them
+    (``distributed._Spilled``), not all at once when the partitions are done; frames sent as they are
+    (a remote cluster) are given back as they are."""
+    from analyzer.distributed import _Spilled
+
+    frame = pl.DataFrame({"conn": pl.Series([0, 1], dtype=pl.UInt32)})
+    frame.write_ipc(tmp_path / "a.arrow")
+    spilled = _Spilled({"a": str(tmp_path / "a.arrow"), "gone": str(tmp_path / "never-written.arrow"), "b": frame})
+    assert list(spilled) == ["a", "gone", "b"] and "gone" in spilled  # nothing read yet
+    assert spilled["a"].equals(frame) and spilled["b"] is frame
+    (tmp_path / "a.arrow").unlink()
+    with pytest.raises(FileNotFoundError):
+        spilled["a"]  # read again from its file each time: held by no one
+    with pytest.raises(FileNotFoundError):
+        spilled["gone"]
+
+
 def test_remap_renumbers_only_the_column_and_only_where_asked():
     """The merge's renumbering (``_remap``): ids through the map, an id the map does not list and a null
     become null, rows outside ``where`` keep theirs, the column its type, every other column untouched."""
