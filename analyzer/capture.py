@@ -262,7 +262,7 @@ def _distinct_files(paths) -> tuple[list[str], list[str]]:
     return kept, warnings
 
 
-# what _drop_copies compares of two pieces' packets
+# what _drop_copies compares of two pieces' packets (read of several files whatever packet_columns says)
 COPY_COLUMNS = ("ts_ns", "caplen", "wirelen")
 
 
@@ -374,6 +374,8 @@ def open_captures(paths: list[str | os.PathLike], *, part: ReadPart | None = Non
     if part is not None:
         return _open_part(part, **options)
     paths, warnings = _distinct_files(paths)
+    if options.get("packet_columns") is not None and len(paths) > 1:  # what _drop_copies compares of the pieces
+        options = {**options, "packet_columns": tuple(dict.fromkeys((*options["packet_columns"], *COPY_COLUMNS)))}
     caps: list[Capture] = []
     try:
         for p in paths:

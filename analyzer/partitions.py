@@ -54,7 +54,7 @@ import heapq
 import numpy as np
 import polars as pl
 
-from .capture import COPY_COLUMNS, UNSELECTED, ReadPart
+from .capture import UNSELECTED, ReadPart
 from .decoders.registry import protocol_of_frame, protocols
 from .kernels.pairs import address_pairs
 from .kernels.silences import KEEP_EVERY_TIME
@@ -107,8 +107,9 @@ SYN, SYN_ACK = 0x02, 0x12  # tcp_flags: a SYN without ACK opens a connection to 
 
 def caller_packet_columns(*columns: str) -> tuple[str, ...]:
     """What the caller of a run in partitions reads of the packets at all: ``columns`` (what the command
-    itself reads of them) and those the partitioning and the joining of a ring buffer's pieces read."""
-    return tuple(dict.fromkeys(columns + PARTITION_COLUMNS + COPY_COLUMNS))
+    itself reads of them) and those the partitioning reads (``open_captures`` adds what the joining of
+    a ring buffer's pieces compares when there are several)."""
+    return tuple(dict.fromkeys(columns + PARTITION_COLUMNS))
 
 
 def partition_of_packets(packets: pl.DataFrame, count: int, ports) -> pl.Series:

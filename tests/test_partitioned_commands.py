@@ -110,3 +110,25 @@ def test_standard_input_is_not_read_in_partitions(command):
         assert run.returncode == expected, run.stderr
         if expected == 2:
             assert "standard input can be read only once" in run.stderr and "--partitions" in run.stderr
+
+
+@pytest.mark.parametrize("command", ["scan", "stats"])
+def test_a_copied_piece_is_read_once_in_partitions_too(capsys, tmp_path, command):
+    """A partitioned command reads few packet columns in the caller, but of several pieces it still reads
+    what tells a copy apart (``capture.COPY_COLUMNS``: times and lengths), so a piece named twice under
+    two names is read once, as at once."""
+    original = SAMPLES / "smb2-break-queue.pcap"
+    copy = tmp_path / "copy.pcap"
+    copy.write_bytes(original.read_bytes())
+    args = [command, str(original), str(copy)] + (["--output", str(tmp_path / "out.json")] if command == "scan" else [])
+    code, lines = _json_lines(capsys, *args, "--partitions", "2")
+    alone_code, alone = _json_lines(capsys, command, str(original), "--partitions", "1",
+                                    *(["--output", str(tmp_path / "alone.json")] if command == "scan" else []))
+    assert code == alone_code
+    if command == "stats":
+        assert lines[0]["stats"] == alone[0]["stats"] and lines[0]["stats"]
+    else:
+        together = json.loads((tmp_path / "out.json").read_text())
+        assert any("the same packets as" in w for w in together["captures"][0]["warnings"]), together["captures"]
+        assert together["findings"] and [f["finding_id"] for f in together["findings"]] == \
+            [f["finding_id"] for f in json.loads((tmp_path / "alone.json").read_text())["findings"]]
