@@ -23,6 +23,7 @@ import pytest
 
 import detectors
 from analyzer import open_capture, partitions
+from analyzer.cli import main as cli_main
 from analyzer.capture import READER_FRAMES
 from analyzer.capture import open_captures
 from analyzer.partitions import (CONNECTION_FRAMES, ORDINALS, FrameSet, balanced_partitions, client_buckets,
@@ -117,6 +118,18 @@ def test_partition_detectors_find_on_the_partitions_what_they_find_on_the_whole(
         # shorter silence after which traffic resumed cleanly (cannot judge)
         kind = {500_000_000: "rto", 50_000_000: "capture_gap"}[overrides["tcp_stall.capture_gap_ns"]]
         assert kind in whole.filter(pl.col("detector") == "tcp_stall")["kind"].to_list()
+
+
+def test_a_full_disk_under_the_partitions_is_said_in_one_line(monkeypatch, capsys):
+    """The partitions' frames go to the temporary directory (TMPDIR); when it fills up the scan says so
+    and where, exit 4 as for a cluster that could not finish, not a traceback."""
+    def full(self, path, **options):
+        raise OSError("No space left on device (os error 28)")
+
+    monkeypatch.setattr(pl.DataFrame, "write_ipc", full)
+    code = cli_main(["scan", "--partitions", "2", str(SAMPLES / "smb2-break-queue.pcap")])
+    err = capsys.readouterr().err
+    assert code == 4 and "no space left in" in err and "TMPDIR" in err and "Traceback" not in err
 
 
 def test_spilled_frames_are_read_when_the_merge_reaches_them(tmp_path):
