@@ -155,7 +155,7 @@ def _spill(frames: dict[str, pl.DataFrame], spill_dir: str, stem: str) -> dict[s
         try:
             frame.write_ipc(paths[name], compression=SPILL_COMPRESSION)
         except OSError as exc:
-            if exc.errno != errno.ENOSPC and "No space left" not in str(exc):
+            if exc.errno != errno.ENOSPC and "No space left" not in str(exc):  # Polars' OSError has no errno
                 raise
             raise ClusterFailure(f"no space left in {spill_dir} for the partitions' frames (the temporary "
                                  f"directory: set TMPDIR to a larger disk)") from exc

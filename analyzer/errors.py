@@ -36,8 +36,10 @@ class OutputError(HerdscopeError):
 
 
 class ClusterFailure(HerdscopeError):
-    """The Dask cluster of ``scan --workers``/``--scheduler`` could not finish the work (a worker died,
-    e.g. out of memory): exit 4, said in one line, since neither the input nor the command is at fault."""
+    """The partitions of a scan could not finish the work: a worker of the Dask cluster of ``scan
+    --workers``/``--scheduler`` died (e.g. out of memory), or the temporary directory their frames are
+    written to is full (``--partitions``, local clusters): exit 4, said in one line, since neither the
+    input nor the command is at fault."""
 
 
 def fail(message: str) -> None:

@@ -284,16 +284,16 @@ def _unify_enums(frames: list[pl.DataFrame]) -> list[pl.DataFrame]:
     return out
 
 
-def _ordinal_bases(parts, name: str) -> list[dict[str, int]]:
+def _ordinal_bases(parts, name: str, frames: list[pl.DataFrame]) -> list[dict[str, int]]:
     """Per partition: what its ordinals are offset by. ``message`` counts the protocol's messages
-    frame (the transactions frame points into it), ``login`` its own frame."""
-    protocol = _protocol_of(name)
+    frame (the transactions frame points into it), ``login`` its own frame (``frames``: frame ``name``
+    of each part, already read: parts read from spilled files read a frame each time it is asked for)."""
+    messages = f"{_protocol_of(name)}_messages"
     bases, running = [], {}
-    for p in parts:
+    for p, frame in zip(parts, frames):
         bases.append(dict(running))
         for c in ORDINALS.get(name, ()):
-            source = p.get(f"{protocol}_messages") if c == "message" else None
-            source = p[name] if source is None else source
+            source = p[messages] if c == "message" and messages != name and messages in p else frame
             if source.height:
                 running[c] = running.get(c, 0) + int(source[c].cast(pl.Int64).max()) + 1
     return bases
@@ -312,8 +312,9 @@ def merge_frames(parts: list[dict[str, pl.DataFrame]], conn_maps: list[pl.DataFr
         if protocol is not None and protocol not in udp_maps:
             udp_maps[protocol] = _udp_flow_maps(parts, protocol)
         udp = udp_maps.get(protocol) or [None] * len(parts)
-        bases = _ordinal_bases(parts, name)
-        frames = [_renumber(name, p[name], conn_maps[k], udp[k], bases[k]) for k, p in enumerate(parts)]
+        frames = [p[name] for p in parts]  # each part's read once
+        bases = _ordinal_bases(parts, name, frames)
+        frames = [_renumber(name, f, conn_maps[k], udp[k], bases[k]) for k, f in enumerate(frames)]
         nonempty = [f for f in frames if f.height] or frames[:1]
         frame = pl.concat(_unify_enums(nonempty), how="vertical_relaxed") if len(nonempty) > 1 else nonempty[0]
         if "qp_pair" in frame.columns:
