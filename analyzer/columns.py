@@ -24,6 +24,13 @@ def series(name: str, values: np.ndarray, valid: np.ndarray | None = None) -> pl
     bitmap = np.packbits(valid, bitorder="little")
     array = pa.Array.from_buffers(_ARROW_TYPES[values.dtype], len(values),
                                   [pa.py_buffer(bitmap), pa.py_buffer(values)])
+    return arrow_series(name, array)
+
+
+def arrow_series(name: str, array) -> pl.Series:
+    """A Polars series named ``name`` over the pyarrow ``array`` (by reference, through
+    :class:`ArrowCArray`): what ``pl.Series(name, pl.from_arrow(array))`` gives, without importing
+    ``pyarrow.compute``."""
     return pl.Series(name, pl.Series(ArrowCArray(array)))
 
 

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
-from numba import njit
 
+from .jit import njit
 from . import columns
 from . import linktypes as lt
 from .capture import frame_builder

@@ -23,8 +23,8 @@ import importlib
 
 import numpy as np
 import polars as pl
-from numba import njit
 
+from .jit import njit
 from .decoders.protocol import Protocol
 from .message_set import KEPT_COLUMNS, MESSAGE_COLUMNS, TRANSPORTS, MessageSet  # noqa: F401 - re-exported
 from .tcp import connection_batches, tcp_messages

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
-from numba import njit
+
+from analyzer.jit import njit
 
 S = 1_000_000_000
 

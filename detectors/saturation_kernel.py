@@ -6,7 +6,8 @@ event and window: several times the requests)."""
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from analyzer.jit import njit
 
 
 @njit(cache=True, inline="always")

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
-from numba import njit
 
+from analyzer.jit import njit
 from analyzer.tcp import analysis as an
 
 MIN_SLOW_START_ROUNDS = 2  # a transfer shows slow start (a round that grew) from two RTT rounds on

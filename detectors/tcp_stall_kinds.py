@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
-from numba import njit
 
+from analyzer.jit import njit
 from analyzer.tcp import analysis as an
 
 SYN, FIN, RST, ACK = an.TH_SYN, an.TH_FIN, an.TH_RST, an.TH_ACK

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
-from numba import njit
+
+from analyzer.jit import njit
 
 UNKNOWN = -1  # an unknown code, offset, length or attribute mask in the kernel's matrices
 

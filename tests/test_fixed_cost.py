@@ -50,3 +50,37 @@ def test_info_of_one_packet_loads_no_pyarrow_compute(tmp_path, one_dns_packet):
     (analyzer.columns.ArrowCArray), not pl.from_arrow, whose pyarrow path imports pyarrow.compute (~40 ms)."""
     loaded = _imported(tmp_path, "info", str(one_dns_packet))
     assert "polars" in loaded and "pyarrow.compute" not in loaded
+
+
+def test_scan_of_one_packet_loads_no_numba_compiler_registries(tmp_path, one_dns_packet):
+    """Kernels loaded from Numba's cache (analyzer.jit) skip the target context's refresh, which imports
+    every implementation Numba has (~0.12 s): a scan that compiles nothing loads none of them. The
+    decoded DNS names reach Polars through the C data interface too (no pyarrow.compute)."""
+    _imported(tmp_path, "scan", str(one_dns_packet), "--fail-on", "critical")  # compiles what is not cached
+    loaded = _imported(tmp_path, "scan", str(one_dns_packet), "--fail-on", "critical")
+    assert "numba" in loaded
+    assert not {"numba.np.random.generator_core", "numba.typed.typeddict", "numba.np.polynomial",
+                "numba.experimental.jitclass.base", "pyarrow.compute"} & loaded
+
+
+def _scan_json(tmp_path: Path, capture: Path, env: dict[str, str], name: str) -> str:
+    out = tmp_path / f"{name}.json"
+    proc = subprocess.run([sys.executable, "-m", "analyzer", "scan", str(capture), "--format", "json",
+                           "--output", str(out), "--fail-on", "critical"], capture_output=True, cwd=ROOT,
+                          env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr.decode()
+    return out.read_text()
+
+
+def test_kernels_loaded_as_numba_loads_them_find_the_same(tmp_path):
+    """HERDSCOPE_NUMBA_LOAD=plain leaves the loading to Numba: the escape hatch finds what the fast
+    loading finds, byte for byte."""
+    import os
+
+    capture = SAMPLES / "smb2-break-queue.pcap"
+    env = dict(os.environ)
+    env.pop("HERDSCOPE_NUMBA_LOAD", None)
+    fast = _scan_json(tmp_path, capture, env, "fast")
+    plain = _scan_json(tmp_path, capture, {**env, "HERDSCOPE_NUMBA_LOAD": "plain"}, "plain")
+    assert json.loads(fast)["findings"]
+    assert fast == plain

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
-from numba import njit
 
+from ..jit import njit
 from ..columns import series
 from .text import HEX_DIGITS, arena_strings
 

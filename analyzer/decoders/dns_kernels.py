@@ -27,8 +27,8 @@ Fields go through an int64 vector (``F_*``) filled per message and stored once, 
 ``analyzer/kernels/headers.py``.
 """
 import numpy as np
-from numba import njit
 
+from ..jit import njit
 from ..kernels.wire import u16be, u32be
 from .text import put_escaped
 

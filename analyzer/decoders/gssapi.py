@@ -28,8 +28,8 @@ Every length is checked against the token's available bytes (``ber.read_tlv``); 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..jit import njit
 from . import ber
 from .ber import BAD_LENGTH, OK, TRUNCATED, UNEXPECTED, bytes_equal, helper, read_tlv, read_tlv_partial
 

@@ -9,8 +9,8 @@ into one arena; at most :data:`MAX_TEXT` source bytes of each (a 10 kB URI keeps
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..jit import njit
 from .text import put_escaped
 
 NULL = np.iinfo(np.int64).min  # "absent" in the int64 field vectors (as ber.NULL)

@@ -42,8 +42,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
-from numba import njit
 
+from ..jit import njit
 from ..capture import frame_builder
 from ..messages import KEPT_COLUMNS, MessageSet, protocol_message_sets
 from ..schema import FRAMES, Column, column, empty_frame, polars_type

@@ -46,6 +46,7 @@ import polars as pl
 import pyarrow as pa
 
 from ..capture import frame_builder
+from ..columns import arrow_series
 from ..message_set import TRANSPORTS, MessageSet
 from ..messages import protocol_message_sets
 from ..schema import FRAMES, Column, column, empty_frame, polars_type
@@ -155,7 +156,7 @@ def _binary(name: str, buf: np.ndarray, start: np.ndarray, length: np.ndarray, v
     bitmap = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
     arr = pa.Array.from_buffers(pa.large_binary(), lens.shape[0],
                                 [bitmap, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(data))])
-    return pl.Series(name, pl.from_arrow(arr)).cast(pl.Binary)
+    return arrow_series(name, arr).cast(pl.Binary)
 
 
 def _decode_set(carrier: str, ms: MessageSet) -> pl.DataFrame | None:

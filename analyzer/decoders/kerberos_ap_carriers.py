@@ -17,8 +17,8 @@ token is located gives no token: its decoder's frame counts that damage.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..jit import njit
 from . import ber
 from . import kerberos_layout as KL
 from . import ldap_layout as LL

@@ -7,8 +7,8 @@ others' pvno and msg-type), the structures they share in :mod:`.kerberos_fields`
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..jit import njit
 from . import ber
 from . import kerberos_layout as L
 from .ber import (ARENA_FULL, BAD_VALUE, MISSING, NOT_PROTOCOL, NULL, OK, TRAILING, TRUNCATED, UNEXPECTED, helper,

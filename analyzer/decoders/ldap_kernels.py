@@ -8,8 +8,8 @@ tags, operation numbers) is :mod:`.ldap_layout`."""
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..jit import njit
 from .ber import (NOT_PROTOCOL, NULL, OK, TEXT, TRAILING, TRUNCATED, UNEXPECTED, helper, put_byte, put_utf8, read_tlv,
                   read_tlv_partial)
 from .ldap_filter import MAX_FILTER_DEPTH

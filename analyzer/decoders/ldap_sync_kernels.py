@@ -9,8 +9,8 @@ message's status (first one wins) and keeps what was read before it."""
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..jit import njit
 from . import ber
 from .ber import (NULL, OK, TEXT, TRUNCATED, UNEXPECTED, bytes_equal, helper, put_slot, put_utf8, read_bool, read_int,
                   read_tlv, read_tlv_partial)

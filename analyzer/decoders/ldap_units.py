@@ -5,8 +5,8 @@ integrity-only: RFC 4121 §4.2.6.2, RFC 1964 §1.2.2). :func:`count_units` sizes
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..jit import njit
 from . import ldap_layout as L
 from .ber import OK, helper, read_tlv
 from .ldap_layout import APP0, K_LDAP, K_SASL, K_SASL_LDAP, K_SEALED, K_TLS, KRB5_OID, NO, OID_TAG, SEQ, YES, ZERO

@@ -5,7 +5,7 @@ compound is then not decoded). Called by :func:`analyzer.decoders.nfs_kernels.de
 """
 from __future__ import annotations
 
-from numba import njit
+from ..jit import njit
 
 from . import nfs_layout as L
 from .nfs_xdr import (F_CLAIM_TYPE, F_CLIENTID, F_CUR_ID, F_DELEGATION_TYPE, F_DENIED_LENGTH, F_DENIED_OFFSET,

@@ -17,8 +17,8 @@ name reaches is ``name_id(dir, name)`` (bit 62 set) until a GETFH/LOOKUP result 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..jit import njit
 from . import nfs_layout as L
 from .nfs4_ops import cb_op_args, cb_op_result, nfs4_op_args, nfs4_op_result
 from .nfs_xdr import (F_ACCEPT_STAT, F_AUTH_FLAVOR, F_AUTH_GID, F_AUTH_UID, F_CUR_ID, F_DECODE_ERROR, F_FH_HASH,

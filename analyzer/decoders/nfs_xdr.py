@@ -8,8 +8,8 @@ Shared by :mod:`analyzer.decoders.nfs_kernels` (RPC header, NFSv3, the message l
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..jit import njit
 from . import nfs_layout as L
 from .text import HEX_DIGITS, put_escaped
 

@@ -18,8 +18,8 @@ Output: one int64 row per field (``F_*``), a column per message, with a ``presen
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..jit import njit
 from . import rocev2_layout as L
 
 # status codes (index into rocev2.STATUSES)

@@ -24,6 +24,7 @@ import polars as pl
 import pyarrow as pa
 
 from ..capture import frame_builder
+from ..columns import arrow_series
 from ..messages import FRAMING_BATCH_BYTES, KEPT_COLUMNS, MESSAGE_COLUMNS as _SET_COLUMNS, message_set_batches
 from ..messages import protocol_message_sets
 from ..messages import MessageSet
@@ -219,7 +220,7 @@ def _dialect_lists(arena: np.ndarray, start: np.ndarray, nbytes: np.ndarray) -> 
     arr = pa.Array.from_buffers(pa.large_list(pa.uint16()), len(counts),
                                 [pa.py_buffer(np.packbits(valid, bitorder="little")), pa.py_buffer(offsets)],
                                 children=[items])
-    return pl.Series("dialects", pl.from_arrow(arr)).cast(pl.List(pl.UInt16))
+    return arrow_series("dialects", arr).cast(pl.List(pl.UInt16))
 
 
 def _decode_set(ms: MessageSet, first_message: int) -> pl.DataFrame:

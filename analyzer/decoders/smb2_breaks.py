@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
-from numba import njit
 
+from ..jit import njit
 from ..schema import Column, column
 from . import smb2_tables as t
 from .smb2_frames import KEY, Params, asof_join, header_rows, schema_of

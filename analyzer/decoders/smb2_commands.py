@@ -5,7 +5,7 @@ from :mod:`analyzer.decoders.smb2_layout`, checks every length and offset read f
 the element's end before use, and returns the new arena position (-1 when the arena is full)."""
 from __future__ import annotations
 
-from numba import njit
+from ..jit import njit
 
 from . import smb2_layout as L
 from . import smb2_tables as t

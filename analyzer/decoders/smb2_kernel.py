@@ -19,8 +19,8 @@ the header, the chains and the row store.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..jit import njit
 from . import smb2_layout as L
 from . import smb2_tables as t
 from .ntstatus import STATUS_MORE_PROCESSING_REQUIRED, STATUS_PENDING, STATUS_SUCCESS

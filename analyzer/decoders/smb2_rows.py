@@ -12,8 +12,8 @@ length -1 = null); :func:`analyzer.decoders.smb2_kernel.decode` stores both once
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..jit import njit
 from . import smb2_layout as L
 
 FIELDS = (

@@ -4,8 +4,8 @@ valid UTF-8 (see :func:`put_utf16le`)."""
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..jit import njit
 from . import smb2_layout as L
 from . import smb2_tables as t
 from .smb2_rows import set_error

@@ -11,7 +11,9 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pyarrow as pa
-from numba import njit
+
+from ..columns import arrow_series
+from ..jit import njit
 
 HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)  # lower-case hex digits, for kernels that write hex into an arena
 
@@ -76,7 +78,7 @@ def arena_strings(name: str, arena: np.ndarray, start: np.ndarray, length: np.nd
     bitmap = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
     if offsets[-1] >= _VIEW_OFFSET_LIMIT:  # more than a view's int32 offset reaches: Arrow's large_utf8
         array = pa.Array.from_buffers(pa.large_utf8(), n, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)])
-        return pl.Series(name, pl.from_arrow(array)).cast(pl.String)
+        return arrow_series(name, array).cast(pl.String)
     # Polars' own layout (Arrow string views): imported without a copy. The views hold strings of at
     # most 12 bytes themselves; longer ones point into a buffer of their own (a view of a larger arena
     # would keep all of it alive), none when there are no long strings.
@@ -86,7 +88,7 @@ def arena_strings(name: str, arena: np.ndarray, start: np.ndarray, length: np.nd
     if long_bytes.base is not None:
         long_bytes = long_bytes.copy()
     array = pa.Array.from_buffers(pa.string_view(), n, [bitmap, pa.py_buffer(views), pa.py_buffer(long_bytes)])
-    return pl.Series(name, pl.from_arrow(array))
+    return arrow_series(name, array)
 
 
 _VIEW_INLINE_BYTES = 12  # Arrow string view: strings this short live in the 16-byte view

@@ -3,8 +3,8 @@ the datagram quoted by an ICMP/ICMPv6 error (RFC 792, RFC 4443 §2.4 c). Both ru
 packets the header decoder flagged, so the packets frame stays fixed-width.
 """
 import numpy as np
-from numba import njit
 
+from ..jit import njit
 from .wire import next_tcp_option, u16be, u32be
 
 IPPROTO_TCP = 6

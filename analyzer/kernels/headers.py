@@ -15,8 +15,8 @@ snapshot length cut is reported in ``parse_status``.
 from collections import namedtuple
 
 import numpy as np
-from numba import njit
 
+from ..jit import njit
 from .. import linktypes as lt
 from ..schema import PACKET_COLUMNS, ParseStatus, Present
 from .wire import next_tcp_option, u16be, u16le, u32be, u32le

@@ -10,7 +10,8 @@ import socket
 from collections import namedtuple
 
 import numpy as np
-from numba import njit
+
+from ..jit import njit
 
 _EMPTY = np.uint32(0xFFFFFFFF)
 

@@ -9,7 +9,8 @@ The caller keeps one pair number per packet (4 bytes) instead of a frame of keys
 join (about 66 bytes a packet at their peak, with the allocator's retention after them).
 """
 import numpy as np
-from numba import njit
+
+from ..jit import njit
 
 NO_PAIR = np.uint32(0xFFFFFFFF)  # a packet without two addresses (PAUSE frames, ARP)
 _FIRST_SLOTS = 1 << 12

@@ -16,8 +16,8 @@ records walked, however few rows they left. ``keep`` and ``timed`` are indexed b
 in the file - 1 (``first_record`` at row ``first``); a record beyond their ends is neither.
 """
 import numpy as np
-from numba import njit
 
+from ..jit import njit
 from . import records as rk
 from .headers import LINKTYPE_NOT_PACKET, N_FIELDS, AddressScratch, decode_block
 from .intern import intern_both_kernel

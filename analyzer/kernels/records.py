@@ -17,8 +17,8 @@ cannot be right) stops the walk: everything before it is kept and the caller rep
 from collections import namedtuple
 
 import numpy as np
-from numba import njit
 
+from ..jit import njit
 from .wire import prefetch_until, u16, u32, u64
 
 # Why a walker returned.

@@ -22,7 +22,8 @@ once at the end (:func:`thinned_times`); the rows kept are always some of the pa
 """
 import numpy as np
 import polars as pl
-from numba import njit
+
+from ..jit import njit
 
 KEEP_EVERY_TIME = None  # silence_ns meaning "thin nothing" (every packet's time is kept)
 SPAN_ONLY_NS = np.iinfo(np.int64).max  # silence_ns meaning "no silence is looked for": the ends only

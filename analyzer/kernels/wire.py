@@ -5,9 +5,11 @@ into float64, which silently loses nanoseconds.
 """
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
+
+from ..jit import njit
 
 
 @njit(cache=True, inline="always")

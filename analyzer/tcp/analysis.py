@@ -44,7 +44,8 @@ from collections import namedtuple
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
+
+from ..jit import njit
 
 # Analysis flag bits (the ``analysis`` column); names are Wireshark's tcp.analysis.* fields.
 RETRANSMISSION = 1 << 0

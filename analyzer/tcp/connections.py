@@ -20,8 +20,8 @@ from collections import namedtuple
 
 import numpy as np
 import polars as pl
-from numba import njit
 
+from ..jit import njit
 from .. import columns
 
 SYN, FIN, RST, ACK = 0x02, 0x01, 0x04, 0x10

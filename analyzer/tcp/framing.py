@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
-from numba import njit
 
+from ..jit import njit
 from ..message_set import TRANSPORTS, MessageSet
 from .framing_http import http_message, http_start
 from .reassembly import build_pieces

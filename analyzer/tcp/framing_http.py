@@ -10,8 +10,8 @@ every loop has a bound below, so a hostile stream cannot make framing walk forev
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..jit import njit
 from .stream_bytes import byte_at, captured_until, locate, read_be
 
 # Bounds:

@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections import namedtuple
 
 import numpy as np
-from numba import njit
+
+from ..jit import njit
 
 MAX_HOLES = 64  # holes tracked per direction; beyond that the oldest becomes a permanent gap
 

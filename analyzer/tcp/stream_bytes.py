@@ -10,7 +10,8 @@ byte in a hole or past a snapshot length reads as missing, never as a neighbour'
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from ..jit import njit
 
 
 @njit(cache=True, _nrt=False)  # allocates nothing: no refcounting of array args

@@ -1,0 +1,152 @@
+"""herdscope's Numba: ``njit``, with cached kernels that load without Numba's compiler work.
+
+Every kernel is ``@njit(cache=True)`` and imports ``njit`` from here. A run with a warm cache
+compiles nothing, yet Numba 0.59-0.68 does compiler work on every kernel it loads from the cache.
+Two steps of it are replaced here (issue 13: a process's fixed cost and the 1M scan's time):
+
+- **The target's refresh.** ``Cache.load_overload`` calls ``target_context.refresh()`` first, which
+  imports and registers every implementation Numba has (its ``cpython``, ``np``, ``typed``,
+  ``random``, ``linalg`` and ``jitclass`` registries) so that the context could type and lower new
+  code: ~0.12 s of a one-packet ``scan``. Loading cached code types and lowers nothing; what it needs
+  is Numba's runtime (NRT) initialised, so that the loaded code finds ``NRT_MemInfo_alloc`` and the
+  rest. :func:`_load_overload` initialises the runtime and loads.
+- **The linking module.** A cached library is its object code plus the bitcode of a module for
+  linking it into code compiled later. Numba parses that bitcode on every load and walks all of its
+  functions and globals to learn which symbols the library defines (``JitEngine._defined_symbols``,
+  asked before any address is looked up): ~5 ms a kernel, ~0.2 s of the 48 kernels a 1M scan
+  loads. :func:`_unserialize` learns the defined symbols from the object code's ELF symbol table
+  (:func:`elf_defined_symbols`) and keeps the bitcode unparsed until a compilation links the
+  library into new code (:func:`_module_for_linking`), which a run with a warm cache never does.
+
+A kernel that is not in the cache (a new signature, a changed source) compiles through
+``compile_extra``, which refreshes both contexts itself; linking a loaded library into it parses its
+bitcode then. Where Numba's classes do not look as expected (another Numba version), or the object
+code is not 64-bit little-endian ELF (not Linux), the step is left to Numba. ``HERDSCOPE_NUMBA_LOAD=
+plain`` in the environment leaves both to Numba (the loading Numba does itself, to compare or to
+rule these out).
+"""
+from __future__ import annotations
+
+import os
+import struct
+
+from numba import njit
+from numba.core import caching, codegen
+from numba.core.runtime import nrt
+
+__all__ = ["njit", "INSTALLED", "elf_defined_symbols"]
+
+PLAIN_LOAD_ENV = "HERDSCOPE_NUMBA_LOAD"  # "plain": kernels load the way Numba loads them
+
+# ELF (System V gABI): the header fields and section and symbol entries read here
+_ELF_MAGIC = b"\x7fELF"
+_ELFCLASS64, _ELFDATA2LSB = 2, 1
+_SECTION_HEADER = struct.Struct("<IIQQQQIIQQ")  # Elf64_Shdr
+_SYMBOL = struct.Struct("<IBBHQQ")  # Elf64_Sym
+_SHT_SYMTAB = 2
+_SHN_UNDEF = 0
+_STT_SECTION, _STT_FILE = 3, 4  # symbol types that name no code or data
+
+
+def elf_defined_symbols(object_code: bytes) -> set[str] | None:
+    """The names of the symbols ``object_code`` defines (its symbol table's entries with a section,
+    other than section and file symbols), or None when it is not a 64-bit little-endian ELF object
+    whose tables lie within it (then Numba's own scan is used)."""
+    data = memoryview(object_code)
+    if len(data) < 64 or bytes(data[:4]) != _ELF_MAGIC or data[4] != _ELFCLASS64 or data[5] != _ELFDATA2LSB:
+        return None
+    (section_offset,) = struct.unpack_from("<Q", data, 0x28)
+    entry_size, count = struct.unpack_from("<HH", data, 0x3A)
+    if entry_size < _SECTION_HEADER.size or section_offset + count * entry_size > len(data):
+        return None
+    sections = [_SECTION_HEADER.unpack_from(data, section_offset + i * entry_size) for i in range(count)]
+    names: set[str] = set()
+    found = False
+    for _name, kind, _flags, _addr, offset, size, link, _info, _align, sym_size in sections:
+        if kind != _SHT_SYMTAB:
+            continue
+        if sym_size < _SYMBOL.size or offset + size > len(data) or link >= count:
+            return None
+        strings_offset, strings_size = sections[link][4], sections[link][5]
+        if strings_offset + strings_size > len(data):
+            return None
+        strings = bytes(data[strings_offset:strings_offset + strings_size])
+        found = True
+        for at in range(offset, offset + size - sym_size + 1, sym_size):
+            name_at, info, _other, section, _value, _size = _SYMBOL.unpack_from(data, at)
+            if section == _SHN_UNDEF or name_at == 0 or (info & 0xF) in (_STT_SECTION, _STT_FILE):
+                continue
+            end = strings.find(b"\0", name_at)
+            if end < 0:
+                return None
+            names.add(strings[name_at:end].decode("utf-8", "replace"))
+    return names if found else None
+
+
+def _load_overload(self, sig, target_context):
+    """``Cache.load_overload`` without the registries' refresh: the runtime, then Numba's own load."""
+    nrt.rtsys.initialize(target_context)
+    with self._guard_against_spurious_io_errors():
+        return self._load_overload(sig, target_context)
+
+
+_numba_unserialize = None  # CPUCodeLibrary._unserialize as Numba defines it
+_numba_module_for_linking = None  # CPUCodeLibrary._get_module_for_linking as Numba defines it
+
+
+def _unserialize(cls, codegen_, state):
+    """``CPUCodeLibrary._unserialize`` of an object-code library: the library from its object code,
+    its symbols from the object's ELF symbol table, its linking bitcode kept unparsed."""
+    name, kind, data = state
+    if kind != "object":
+        return _numba_unserialize(cls, codegen_, state)
+    object_code, shared_bitcode = data
+    defined = elf_defined_symbols(object_code)
+    if defined is None:
+        return _numba_unserialize(cls, codegen_, state)
+    self = codegen_.create_library(name)
+    self.enable_object_caching()
+    self._set_compiled_object(object_code)
+    self._herdscope_linking_bitcode = shared_bitcode
+    self._finalize_final_module()
+    codegen_._engine._defined_symbols |= defined
+    return self
+
+
+def _module_for_linking(self):
+    """``CPUCodeLibrary._get_module_for_linking``, parsing a loaded library's bitcode on first use."""
+    bitcode = getattr(self, "_herdscope_linking_bitcode", None)
+    if self._shared_module is None and bitcode is not None:
+        self._ensure_finalized()
+        self._shared_module = codegen.ll.parse_bitcode(bitcode)
+        self._herdscope_linking_bitcode = None
+    return _numba_module_for_linking(self)
+
+
+def _install() -> dict[str, bool]:
+    """Install what Numba's classes allow; which steps were installed."""
+    global _numba_unserialize, _numba_module_for_linking
+    done = {"refresh": False, "linking module": False}
+    if os.environ.get(PLAIN_LOAD_ENV, "").strip().lower() == "plain":
+        return done
+    cache = getattr(caching, "Cache", None)
+    if (cache is not None and all(hasattr(cache, n) for n in ("load_overload", "_load_overload",
+                                                               "_guard_against_spurious_io_errors"))
+            and hasattr(getattr(nrt, "rtsys", None), "initialize")):
+        cache.load_overload = _load_overload
+        done["refresh"] = True
+    library = getattr(codegen, "CPUCodeLibrary", None)
+    engine = getattr(codegen, "JitEngine", None)
+    needed = ("_unserialize", "_get_module_for_linking", "enable_object_caching", "_set_compiled_object",
+              "_finalize_final_module", "_ensure_finalized")
+    if (library is not None and engine is not None and all(hasattr(library, n) for n in needed)
+            and hasattr(engine, "is_symbol_defined")):
+        _numba_unserialize = library._unserialize.__func__
+        _numba_module_for_linking = library._get_module_for_linking
+        library._unserialize = classmethod(_unserialize)
+        library._get_module_for_linking = _module_for_linking
+        done["linking module"] = True
+    return done
+
+
+INSTALLED = _install()

@@ -1,0 +1,106 @@
+"""analyzer.jit: kernels loaded from Numba's cache without Numba's compiler work (issue 13).
+
+The defined symbols of a library come from its object code's ELF symbol table instead of its parsed
+linking module; the tests hold them to the module's, and check that code compiled later still links a
+kernel loaded that way (its bitcode parsed on first use).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from numba import njit
+from numba.core import codegen
+
+from analyzer import jit
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _module_symbols(bitcode: bytes) -> set[str]:
+    """What Numba's own load finds a library defines (JitEngine._load_defined_symbols)."""
+    module = codegen.ll.parse_bitcode(bitcode)
+    return {g.name for group in (module.functions, module.global_variables) for g in group
+            if not g.is_declaration}
+
+
+@njit
+def _allocates(values):
+    total = 0
+    for v in values:
+        total += v
+    return np.zeros(total, np.int64)
+
+
+def test_installed_on_this_numba():
+    assert jit.INSTALLED == {"refresh": True, "linking module": True}
+
+
+def test_elf_symbols_are_the_linking_module_symbols():
+    _allocates(np.arange(3))
+    result = _allocates.overloads[_allocates.signatures[0]]
+    _name, kind, (object_code, bitcode) = result.library.serialize_using_object_code()
+    assert kind == "object"
+    defined = jit.elf_defined_symbols(object_code)
+    assert defined == _module_symbols(bitcode)
+    assert {result.fndesc.llvm_func_name, result.fndesc.llvm_cpython_wrapper_name} <= defined
+
+
+@pytest.mark.parametrize("damage", ["not elf", "32-bit", "big-endian", "sections past the end", "cut"])
+def test_elf_symbols_of_damaged_object_code_is_none(damage):
+    _allocates(np.arange(3))
+    result = _allocates.overloads[_allocates.signatures[0]]
+    object_code = bytearray(result.library.serialize_using_object_code()[2][0])
+    if damage == "not elf":
+        object_code[:4] = b"\x00ELF"
+    elif damage == "32-bit":
+        object_code[4] = 1
+    elif damage == "big-endian":
+        object_code[5] = 2
+    elif damage == "sections past the end":
+        object_code[0x28:0x30] = (len(object_code) - 8).to_bytes(8, "little")
+    else:
+        object_code = object_code[:40]
+    assert jit.elf_defined_symbols(bytes(object_code)) is None
+
+
+# Run in a fresh interpreter twice (the first may compile and cache): the kernel is loaded from the
+# cache, then a function compiled in that process calls it, which links the loaded library.
+_LINK_LOADED = """
+import sys
+import numpy as np
+from numba import njit
+from analyzer.decoders.text import _string_views
+from analyzer import jit
+data = np.frombuffer(b"abcdefghijklmnopq", np.uint8)
+offsets = np.array([0, 3, 17], np.int64)
+lengths = np.array([3, 14], np.int64)
+views = np.zeros((2, 16), np.uint8)
+_string_views(data, offsets, lengths, views)
+library = _string_views.overloads[_string_views.signatures[0]].library
+lazy = getattr(library, "_herdscope_linking_bitcode", None) is not None
+
+@njit
+def calls_it(data, offsets, lengths, views):
+    _string_views(data, offsets, lengths, views)
+    return views[0, 0] + views[1, 0]
+
+out = np.zeros((2, 16), np.uint8)
+print(_string_views.stats.cache_hits.get(_string_views.signatures[0], 0), lazy, int(calls_it(data, offsets, lengths, out)),
+      bytes(views[0, 4:7]).decode(), (out == views).all())
+"""
+
+
+def test_code_compiled_later_links_a_kernel_loaded_from_the_cache():
+    env = {k: v for k, v in os.environ.items() if k != jit.PLAIN_LOAD_ENV}
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", _LINK_LOADED], capture_output=True, text=True, cwd=ROOT,
+                              env=env, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+    hits, lazy, total, first, same = proc.stdout.split()
+    assert int(hits) == 1 and lazy == "True"  # loaded from the cache, its linking module not yet parsed
+    assert int(total) == 3 + 14 and first == "abc" and same == "True"
