@@ -1,7 +1,7 @@
 """herdscope's Numba: ``njit``, with cached kernels that load without Numba's compiler work.
 
 Every kernel is ``@njit(cache=True)`` and imports ``njit`` from here. A run with a warm cache
-compiles nothing, yet Numba 0.59-0.68 does compiler work on every kernel it loads from the cache.
+compiles nothing, yet Numba (0.68) does compiler work on every kernel it loads from the cache.
 Two steps of it are replaced here (issue 13: a process's fixed cost and the 1M scan's time):
 
 - **The target's refresh.** ``Cache.load_overload`` calls ``target_context.refresh()`` first, which
@@ -18,25 +18,50 @@ Two steps of it are replaced here (issue 13: a process's fixed cost and the 1M s
   (:func:`elf_defined_symbols`) and keeps the bitcode unparsed until a compilation links the
   library into new code (:func:`_module_for_linking`), which a run with a warm cache never does.
 
-A kernel that is not in the cache (a new signature, a changed source) compiles through
-``compile_extra``, which refreshes both contexts itself; linking a loaded library into it parses its
-bitcode then. Where Numba's classes do not look as expected (another Numba version), or the object
-code is not 64-bit little-endian ELF (not Linux), the step is left to Numba. ``HERDSCOPE_NUMBA_LOAD=
-plain`` in the environment leaves both to Numba (the loading Numba does itself, to compare or to
-rule these out).
+The refresh is skipped for herdscope's own kernels only (functions decorated by :func:`njit` here):
+other cached Numba code in the same process (a ``@vectorize(cache=True)`` ufunc, whose loop wrapper
+is built after the load from the tables the refresh installs) loads the way Numba loads it. A kernel
+that is not in the cache (a new signature, a changed source) compiles through ``CompilerBase``, which
+refreshes both contexts itself; linking a loaded library into it parses its bitcode then.
+
+Both steps depend on Numba's private classes, so they are installed only on the Numba versions they
+were checked on (:data:`CHECKED_NUMBA`, and only where those classes look as expected), and a
+library whose object code is not 64-bit little-endian ELF (not Linux) or defines no symbol loads the
+way Numba loads it. ``HERDSCOPE_NUMBA_LOAD=plain`` in the environment leaves both to Numba (to
+compare, or to rule these out).
 """
 from __future__ import annotations
 
 import os
 import struct
 
-from numba import njit
+import numba
 from numba.core import caching, codegen
 from numba.core.runtime import nrt
 
-__all__ = ["njit", "INSTALLED", "elf_defined_symbols"]
+__all__ = ["njit", "INSTALLED", "CHECKED_NUMBA", "elf_defined_symbols"]
 
 PLAIN_LOAD_ENV = "HERDSCOPE_NUMBA_LOAD"  # "plain": kernels load the way Numba loads them
+# (lowest, highest) (major, minor) of the Numba releases whose caching and codegen classes the two
+# steps were checked against (their sources read, tests/test_jit.py run); outside it, Numba loads
+_CHECKED_FROM, _CHECKED_TO = (0, 68), (0, 68)
+CHECKED_NUMBA = f"{_CHECKED_FROM[0]}.{_CHECKED_FROM[1]} to {_CHECKED_TO[0]}.{_CHECKED_TO[1]}"
+_KERNEL_MARK = "_herdscope_kernel"  # set on the Python function of every kernel decorated here
+
+
+def njit(*args, **options):
+    """``numba.njit``, marking the function as one of herdscope's kernels (whose cached code loads
+    without the target's refresh, module doc). Used as ``@njit`` or ``@njit(cache=True, ...)``."""
+    if len(args) == 1 and callable(args[0]) and not options:
+        setattr(args[0], _KERNEL_MARK, True)
+        return numba.njit(args[0])
+    decorate = numba.njit(*args, **options)
+
+    def mark_and_decorate(function):
+        setattr(function, _KERNEL_MARK, True)
+        return decorate(function)
+    return mark_and_decorate
+
 
 # ELF (System V gABI): the header fields and section and symbol entries read here
 _ELF_MAGIC = b"\x7fELF"
@@ -51,7 +76,7 @@ _STT_SECTION, _STT_FILE = 3, 4  # symbol types that name no code or data
 def elf_defined_symbols(object_code: bytes) -> set[str] | None:
     """The names of the symbols ``object_code`` defines (its symbol table's entries with a section,
     other than section and file symbols), or None when it is not a 64-bit little-endian ELF object
-    whose tables lie within it (then Numba's own scan is used)."""
+    whose tables lie within it, or defines nothing (then Numba's own scan is used)."""
     data = memoryview(object_code)
     if len(data) < 64 or bytes(data[:4]) != _ELF_MAGIC or data[4] != _ELFCLASS64 or data[5] != _ELFDATA2LSB:
         return None
@@ -80,11 +105,17 @@ def elf_defined_symbols(object_code: bytes) -> set[str] | None:
             if end < 0:
                 return None
             names.add(strings[name_at:end].decode("utf-8", "replace"))
-    return names if found else None
+    return names if found and names else None
+
+
+_numba_load_overload = None  # Cache.load_overload as Numba defines it
 
 
 def _load_overload(self, sig, target_context):
-    """``Cache.load_overload`` without the registries' refresh: the runtime, then Numba's own load."""
+    """``Cache.load_overload`` of a herdscope kernel without the registries' refresh: the runtime,
+    then Numba's own load. Any other function's: Numba's ``load_overload``."""
+    if not getattr(getattr(self, "_py_func", None), _KERNEL_MARK, False):
+        return _numba_load_overload(self, sig, target_context)
     nrt.rtsys.initialize(target_context)
     with self._guard_against_spurious_io_errors():
         return self._load_overload(sig, target_context)
@@ -123,16 +154,26 @@ def _module_for_linking(self):
     return _numba_module_for_linking(self)
 
 
+def numba_version_checked(version: str) -> bool:
+    """Whether Numba ``version`` ("0.68.1") is within :data:`CHECKED_NUMBA`."""
+    try:
+        major_minor = tuple(int(part) for part in version.split(".")[:2])
+    except ValueError:
+        return False
+    return _CHECKED_FROM <= major_minor <= _CHECKED_TO
+
+
 def _install() -> dict[str, bool]:
-    """Install what Numba's classes allow; which steps were installed."""
-    global _numba_unserialize, _numba_module_for_linking
+    """Install what Numba's version and classes allow; which steps were installed."""
+    global _numba_load_overload, _numba_unserialize, _numba_module_for_linking
     done = {"refresh": False, "linking module": False}
-    if os.environ.get(PLAIN_LOAD_ENV, "").strip().lower() == "plain":
+    if os.environ.get(PLAIN_LOAD_ENV, "").strip().lower() == "plain" or not numba_version_checked(numba.__version__):
         return done
     cache = getattr(caching, "Cache", None)
     if (cache is not None and all(hasattr(cache, n) for n in ("load_overload", "_load_overload",
                                                                "_guard_against_spurious_io_errors"))
             and hasattr(getattr(nrt, "rtsys", None), "initialize")):
+        _numba_load_overload = cache.load_overload
         cache.load_overload = _load_overload
         done["refresh"] = True
     library = getattr(codegen, "CPUCodeLibrary", None)

@@ -52,6 +52,19 @@ def test_info_of_one_packet_loads_no_pyarrow_compute(tmp_path, one_dns_packet):
     assert "polars" in loaded and "pyarrow.compute" not in loaded
 
 
+def _fast_loading() -> bool:
+    """Whether kernels load without Numba's compiler work here (analyzer.jit; tests/test_jit.py)."""
+    import os
+
+    import analyzer
+    from analyzer import jit
+
+    kept = "for this run only" not in analyzer.CACHE_NOTICE and "every run" not in analyzer.CACHE_NOTICE
+    return (os.environ.get(jit.PLAIN_LOAD_ENV, "").strip().lower() != "plain" and kept
+            and jit.numba_version_checked(__import__("numba").__version__))
+
+
+@pytest.mark.skipif(not _fast_loading(), reason="kernels load the way Numba loads them here")
 def test_scan_of_one_packet_loads_no_numba_compiler_registries(tmp_path, one_dns_packet):
     """Kernels loaded from Numba's cache (analyzer.jit) skip the target context's refresh, which imports
     every implementation Numba has (~0.12 s): a scan that compiles nothing loads none of them. The

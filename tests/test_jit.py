@@ -36,8 +36,43 @@ def _allocates(values):
     return np.zeros(total, np.int64)
 
 
+def _cache_kept() -> bool:
+    """Whether kernels compiled in one process are loaded from the cache by the next (analyzer's
+    cache fallback says so when the cache is for one run only or off)."""
+    import analyzer
+
+    return "for this run only" not in analyzer.CACHE_NOTICE and "every run" not in analyzer.CACHE_NOTICE
+
+
+fast_loading = pytest.mark.skipif(
+    os.environ.get(jit.PLAIN_LOAD_ENV, "").strip().lower() == "plain"
+    or not jit.numba_version_checked(__import__("numba").__version__) or not _cache_kept(),
+    reason="kernels load the way Numba loads them here (HERDSCOPE_NUMBA_LOAD=plain, a Numba outside "
+           f"{jit.CHECKED_NUMBA}, or no cache kept between processes)")
+
+
+@fast_loading
 def test_installed_on_this_numba():
     assert jit.INSTALLED == {"refresh": True, "linking module": True}
+
+
+@pytest.mark.parametrize("version, checked", [("0.68.1", True), ("0.68.0rc1", True), ("0.69.0", False),
+                                              ("0.58.1", False), ("1.0", False), ("dev", False)])
+def test_numba_versions_checked(version, checked):
+    assert jit.numba_version_checked(version) is checked
+
+
+def test_only_herdscope_kernels_are_marked():
+    @jit.njit(cache=False)
+    def ours(x):
+        return x + 1
+
+    @njit
+    def theirs(x):
+        return x + 1
+
+    assert getattr(ours.py_func, jit._KERNEL_MARK, False) and ours(1) == 2
+    assert not hasattr(theirs.py_func, jit._KERNEL_MARK)
 
 
 def test_elf_symbols_are_the_linking_module_symbols():
@@ -95,6 +130,7 @@ print(_string_views.stats.cache_hits.get(_string_views.signatures[0], 0), lazy, 
 """
 
 
+@fast_loading
 def test_code_compiled_later_links_a_kernel_loaded_from_the_cache():
     env = {k: v for k, v in os.environ.items() if k != jit.PLAIN_LOAD_ENV}
     for _ in range(2):
@@ -104,3 +140,28 @@ def test_code_compiled_later_links_a_kernel_loaded_from_the_cache():
     hits, lazy, total, first, same = proc.stdout.split()
     assert int(hits) == 1 and lazy == "True"  # loaded from the cache, its linking module not yet parsed
     assert int(total) == 3 + 14 and first == "abc" and same == "True"
+
+
+_UFUNC = """
+from numba import vectorize
+
+@vectorize(["float64(float64)"], cache=True)
+def half(x):
+    return x / 2.0
+"""
+
+
+def test_other_cached_numba_code_loads_as_numba_loads_it(tmp_path):
+    """A cached @vectorize ufunc in a process that imported analyzer.jit: its loop wrapper is built
+    after the load from the tables the target's refresh installs, so its load keeps the refresh (on a
+    warm load without it, Numba raises NumbaNotImplementedError)."""
+    (tmp_path / "ufunc_module.py").write_text(_UFUNC)
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import analyzer.jit; import numpy as np; "
+            "from ufunc_module import half; print(half(np.array([3.0]))[0])")
+    env = {k: v for k, v in os.environ.items() if k != jit.PLAIN_LOAD_ENV}
+    env["NUMBA_CACHE_DIR"] = str(tmp_path / "numba-cache")
+    for _ in range(2):  # compile and cache, then load
+        proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
+                              cwd=ROOT, env=env, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == "1.5"
