@@ -61,6 +61,7 @@ class Capture:
             "icmp_errors": tables.icmp_errors, "interfaces": tables.interfaces,
         }
         self._memo: dict[str, object] = {}  # intermediate tables shared by builders (not frames)
+        self._narrowed: tuple[str, ...] | None = None  # the packet columns narrow_packets kept
         self._released = False  # release() narrowed packets: nothing more can be built
         # read with only these packet columns (read_tables(columns=)): nothing can be built either
         self.columns: tuple[str, ...] | None = tuple(self._frames["packets"].columns) if packet_columns else None
@@ -117,8 +118,19 @@ class Capture:
             if builder is None:
                 raise KeyError(f"no frame named {name!r}; known: {', '.join(self.frame_names())}")
             progress.frame_stage(name)
-            self._frames[name] = builder(self)
+            try:
+                self._frames[name] = builder(self)
+            except pl.exceptions.ColumnNotFoundError as exc:
+                if self._narrowed is None:
+                    raise
+                raise RuntimeError(f"frame {name!r} reads packet columns narrowed away (packets kept "
+                                   f"{', '.join(self._narrowed)}): analyzer.packet_readers must build what "
+                                   f"reads them first") from exc
         return self._frames[name]
+
+    def built(self, name: str) -> bool:
+        """Whether frame ``name`` is built (or was set) already."""
+        return name in self._frames
 
     def memo(self, key: str, build: Callable[[], object]):
         """An intermediate result built once per capture (e.g. the TCP payload segments every framing
@@ -158,10 +170,17 @@ class Capture:
             del self._frames[name]
             self._freed.add(name)
         self._memo.clear()
+        self.narrow_packets(packet_columns)
+        self._released = True
+
+    def narrow_packets(self, packet_columns) -> None:
+        """Keep only ``packet_columns`` of ``packets`` (in the frame and in the reader's tables, which
+        hold it too), once nothing still to be built reads the others (``analyzer.packet_readers``
+        builds what does first). A builder that reads a column narrowed away raises saying so."""
         narrow = self._frames["packets"].select(list(packet_columns))
         self._frames["packets"] = narrow
         self._tables = dataclasses.replace(self._tables, packets=narrow)
-        self._released = True
+        self._narrowed = tuple(packet_columns)
 
     def drop(self, names) -> None:
         """Forget these frames (a scan, after the last detector that reads them)."""

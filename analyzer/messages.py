@@ -30,7 +30,7 @@ from .message_set import KEPT_COLUMNS, MESSAGE_COLUMNS, TRANSPORTS, MessageSet  
 from .tcp import connection_batches, tcp_messages
 
 
-def _udp_packets(cap) -> pl.DataFrame:
+def udp_packets(cap) -> pl.DataFrame:
     """The capture's UDP packets (whole datagrams and fragments), built once and shared by every
     protocol's udp_messages."""
     def build():
@@ -189,7 +189,7 @@ def udp_messages(cap, service_ports: set[int], *, direction=None, also_flows: pl
     what ``direction(message_set)`` (a bool per message) says; flows are oriented by it. ``also_flows``:
     the datagrams of these (src, dst, sport, dport) too, either way (flows a decoder learned from the
     capture, e.g. NLM on a port the portmapper handed out)."""
-    p = _udp_packets(cap)
+    p = udp_packets(cap)
     whole = _service_datagrams(p.filter(
         (pl.col("ip_proto") == 17) & (pl.col("parse_status").is_in(["ok", "bad_l4"]))
         & ((pl.col("ip_flags") & 1) == 0) & (pl.col("frag_offset") == 0)), service_ports, also_flows,
@@ -332,7 +332,7 @@ def peer_datagrams(cap, sets: list[MessageSet], proto: Protocol) -> pl.DataFrame
     if pairs is None:
         return pl.DataFrame(schema=cols)
     ports = pl.Series(sorted(set(proto.udp_ports)), dtype=pl.UInt16).implode()
-    p = _udp_packets(cap).filter(
+    p = udp_packets(cap).filter(
         (pl.col("parse_status").is_in(["ok", "bad_l4"])) & ((pl.col("ip_flags") & 1) == 0) & (pl.col("frag_offset") == 0)
         & ~pl.col("sport").is_in(ports) & ~pl.col("dport").is_in(ports))
     if p.height == 0:

@@ -24,6 +24,7 @@ import pkgutil
 import polars as pl
 
 from analyzer.kernels.silences import SPAN_ONLY_NS
+from analyzer.packet_readers import build_packet_readers
 from analyzer.partitions import CONNECTION_FRAMES
 from analyzer.progress import stage
 
@@ -217,7 +218,8 @@ def run(capture, only: list[str] | None = None, overrides: dict[str, object] | N
     ``KINDS`` is such a failure (TypeError).
 
     ``release`` (a scan, which needs nothing of the capture afterwards but its span and frame
-    numbers): build every frame the detectors read first, then free the rest (``Capture.release``:
+    numbers): build what reads ``packets`` first (``analyzer.packet_readers``) and narrow it to
+    ``(frame, ts_ns)``, build every frame the detectors read, then free the rest (``Capture.release``:
     the other columns of ``packets``, the builders' memos) and drop each frame after the last
     detector that reads it. The findings are the same; the memory is not (issue 13).
 
@@ -233,6 +235,9 @@ def run(capture, only: list[str] | None = None, overrides: dict[str, object] | N
     last_reader = _last_readers(to_run, detectors) if release else {}
     if release:
         needed = frames_read_here(list(configured), list(found_elsewhere))
+        # what reads packets' other columns first, then packets narrowed before the decoders run
+        build_packet_readers(capture, needed)
+        capture.narrow_packets(PACKET_COLUMNS)
         for name in needed:
             capture.frame(name)
         capture.release(needed, PACKET_COLUMNS)

@@ -44,6 +44,10 @@ PARTITIONED_PACKET_COLUMNS = tuple(c for c in KEPT_PACKET_COLUMNS if c not in PA
 # selection, the partitioning and the joining of pieces read; its workers decode (issue 13: the rest
 # of a packet's ~90 bytes is never held by the caller)
 CALLER_PACKET_COLUMNS = caller_packet_columns(*KEPT_PACKET_COLUMNS, *SELECTION_COLUMNS)
+# what a partition's task reads of its packets once what reads the others is built: the detectors'
+# columns (detect_partition puts the whole capture's in their place) and the addresses' Enum
+# (analyzer.partitions.decode_partition)
+TASK_PACKET_COLUMNS = tuple(dict.fromkeys(PACKET_COLUMNS + ("src",)))
 
 
 def scan(files, cfg: ScanConfig, selection, *, fmt: str, output: str | None, separate: bool, quiet: bool,
@@ -138,7 +142,9 @@ def decode_on_cluster(client, cap, cfg: ScanConfig, *, local: bool, partitions: 
     return distributed.decode_into(client, cap, shipped, local=local, then=then, client_frames=bucketed,
                                    client_then=bucket_then, shared=shared, packet_columns=PARTITIONED_PACKET_COLUMNS,
                                    partitions=partitions,
-                                   silence_ns=shortest_silence_ns({n: configured[n] for n in on_workers}))
+                                   silence_ns=shortest_silence_ns({n: configured[n] for n in on_workers}),
+                                   task_frames=tuple(required_frames(on_workers)),
+                                   task_packet_columns=TASK_PACKET_COLUMNS)
 
 
 def run_detectors(cap, cfg: ScanConfig, *, release: bool, found_elsewhere=None) -> pl.DataFrame:

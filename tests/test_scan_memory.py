@@ -38,6 +38,24 @@ def test_released_scan_finds_exactly_what_the_plain_run_finds(path):
     _same(released, shared_run(path))
 
 
+@pytest.mark.parametrize("scenario", ["rocev2-pfc-storm", "rocev2-cnp-ignored"])
+def test_released_scan_of_generated_rocev2_captures_is_identical(scenario):
+    """RoCEv2 and PFC: their frames read packet columns of their own (ECN bits, MAC Control frames),
+    built before packets is narrowed (analyzer.packet_readers)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from rocev2_captures import rocev2_capture
+
+    path = rocev2_capture(scenario)
+    with open_capture(path) as cap:
+        released = detectors.run(cap, release=True)
+    with open_capture(path) as cap:
+        plain = detectors.run(cap)
+    assert plain.height
+    _same(released, plain)
+
+
 def test_released_scan_of_the_synthetic_capture_is_identical(synthetic_capture):
     with open_capture(synthetic_capture) as cap:
         released = detectors.run(cap, release=True)

@@ -328,7 +328,7 @@ def _flipped(ports) -> pl.Expr:
     return ~to_server & to_client
 
 
-def _payload_segments(cap) -> pl.DataFrame:
+def payload_segments(cap) -> pl.DataFrame:
     """Segments that can carry stream bytes (payload, or a SYN: it fixes the stream origin), with the
     packet columns reassembly needs, sorted by direction then capture order. Built once per capture
     and shared by every framing."""
@@ -379,7 +379,7 @@ def connection_batches(cap, service_ports: set[int], batch_bytes: int) -> list[n
     wanted = _wanted_connections(cap, service_ports)
     if wanted.height == 0:
         return []
-    per_conn = (_payload_segments(cap).filter(pl.col("conn").is_in(wanted["conn"].implode()))
+    per_conn = (payload_segments(cap).filter(pl.col("conn").is_in(wanted["conn"].implode()))
                 .group_by("conn").agg(pl.col("payload_caplen").fill_null(0).cast(pl.Int64).sum().alias("bytes"))
                 .sort("conn"))
     ids, sizes = per_conn["conn"].to_numpy(), per_conn["bytes"].to_numpy()
@@ -407,7 +407,7 @@ def tcp_messages(cap, framing: str, service_ports: set[int], *, max_copy: int | 
     if wanted.height == 0:
         return []
     conn_ids = wanted["conn"].implode()
-    segs = _payload_segments(cap).filter(pl.col("conn").is_in(conn_ids))
+    segs = payload_segments(cap).filter(pl.col("conn").is_in(conn_ids))
     if segs.height == 0:
         return []
     dirs = segs["dir"].unique().sort()
