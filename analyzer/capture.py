@@ -182,6 +182,11 @@ class Capture:
         self._tables = dataclasses.replace(self._tables, packets=narrow)
         self._narrowed = tuple(packet_columns)
 
+    def narrow_frame(self, name: str, columns) -> None:
+        """Keep only ``columns`` of the built frame ``name`` (a scan, once its readers' declared columns
+        are known: detectors.narrow_to_declared)."""
+        self._frames[name] = self._frames[name].select(list(columns))
+
     def drop(self, names) -> None:
         """Forget these frames (a scan, after the last detector that reads them)."""
         for name in names:

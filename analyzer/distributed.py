@@ -125,7 +125,8 @@ def _threads(client) -> int:
 
 def decode_partition_task(part: ReadPart, ids, names: list[str], count: int, spill_dir: str | None = None,
                           then=None, client_frames: tuple[str, ...] = (), task_frames: tuple[str, ...] = (),
-                          task_packet_columns: tuple[str, ...] | None = None):
+                          task_packet_columns: tuple[str, ...] | None = None,
+                          frame_columns: dict[str, tuple[str, ...]] | None = None):
     """One task: the frames ``names`` of partition ``part.index`` of ``count`` (its packets alone read
     from the files, ``ids`` saying which: :func:`analyzer.partitions.partition_ids`), and what
     ``then(capture, whole_packets)`` returns (a dict of small frames, e.g. the findings of detectors
@@ -136,12 +137,17 @@ def decode_partition_task(part: ReadPart, ids, names: list[str], count: int, spi
     sockets (171 MB of frames of 1M packets: ~3.5 s, against ~0.3 s). ``task_packet_columns``: what
     the task reads of the partition's packets once what reads the others is built for ``names``,
     ``client_frames`` and ``task_frames`` (``then``'s frames; ``analyzer.packet_readers``): the rest
-    is freed before the decoders run (None: nothing is)."""
+    is freed before the decoders run (None: nothing is); ``frame_columns``: frame -> the columns of it
+    anything reads once what is built from it is (the rest is freed then too; a frame not named is
+    kept whole)."""
     cap = open_captures([p for p, _, _ in part.pieces], part=dataclasses.replace(part, ids=ids))
     try:
         if task_packet_columns is not None:
             build_packet_readers(cap, (*names, *client_frames, *task_frames))
             cap.narrow_packets(task_packet_columns)
+            for name, kept in (frame_columns or {}).items():
+                if cap.built(name):
+                    cap.narrow_frame(name, [c for c in cap.frame(name).columns if c in kept])
         frames = decode_partition(cap, names)
         bucketed = decode_partition(cap, client_frames) if client_frames else None
         extra = then(cap, cap.whole_times) if then is not None else {}
@@ -213,8 +219,8 @@ def _bucket(result, j: int):
 def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: tuple[str, ...] = (),
                   client_then=None, shared: dict | None = None, packet_columns: tuple[str, ...] | None = None,
                   partitions: int | None = None, silence_ns: int | None = KEEP_EVERY_TIME,
-                  task_frames: tuple[str, ...] = (), task_packet_columns: tuple[str, ...] | None = None
-                  ) -> tuple[dict, dict]:
+                  task_frames: tuple[str, ...] = (), task_packet_columns: tuple[str, ...] | None = None,
+                  frame_columns: dict[str, tuple[str, ...]] | None = None) -> tuple[dict, dict]:
     """The frames ``names`` of ``cap`` (read whole here, its selection applied), decoded partition by
     partition on ``client``'s cluster, each worker reading its partition's packets alone from the
     files, and merged: the same frames as a single process builds (``analyzer.partitions``); and the
@@ -227,8 +233,9 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
     ``partitions``: how many (default :data:`PARTITIONS_PER_THREAD` per worker thread). ``silence_ns``:
     what ``then`` reads of the whole capture's packet times (:func:`analyzer.partitions.read_part`; by
     default every one). ``task_frames`` and ``task_packet_columns``: the frames ``then`` builds and
-    what a task reads of its partition's packets beyond what builds the frames
-    (:func:`decode_partition_task`). ``client`` may be :class:`InProcess`."""
+    what a task reads of its partition's packets beyond what builds the frames, and
+    ``frame_columns`` what anything reads of the frames named (:func:`decode_partition_task`).
+    ``client`` may be :class:`InProcess`."""
     count = partitions or _threads(client) * PARTITIONS_PER_THREAD
     client_frames = tuple(client_frames) if client_then is not None else ()
     ids = partition_ids(cap, count)
@@ -240,7 +247,8 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
     with contextlib.ExitStack() as stack:
         spill = stack.enter_context(tempfile.TemporaryDirectory(prefix="herdscope-")) if local else None
         decoded = [client.submit(decode_partition_task, reads[k], ids, list(names), count, spill, then,
-                                 client_frames, tuple(task_frames), task_packet_columns, pure=False)
+                                 client_frames, tuple(task_frames), task_packet_columns, frame_columns,
+                                 pure=False)
                    for k in range(count)]
         heads = [client.submit(_part, d, 0, pure=False) for d in decoded]
         extras_of = [client.submit(_part, d, 1, pure=False) for d in decoded]

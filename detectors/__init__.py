@@ -29,7 +29,7 @@ from analyzer.partitions import CONNECTION_FRAMES
 from analyzer.progress import stage
 
 from .base import (FINDINGS_SCHEMA, PACKET_COLUMNS, SEVERITY_RANK, CaptureView, UndeclaredFrame,  # noqa: F401
-                   empty_findings)
+                   empty_findings, view)
 from . import incidents, population
 from .params import ParameterError, check_declared, describe_params, make_params
 
@@ -235,12 +235,16 @@ def run(capture, only: list[str] | None = None, overrides: dict[str, object] | N
     last_reader = _last_readers(to_run, detectors) if release else {}
     if release:
         needed = frames_read_here(list(configured), list(found_elsewhere))
-        # what reads packets' other columns first, then packets narrowed before the decoders run
+        readers = [detectors[n] for n in to_run] + [population]
+        # what reads packets' other columns first (TCP analysis, the memos the decoders read), then
+        # packets, and the frames built so far, narrowed to what is still read of them
         build_packet_readers(capture, needed)
         capture.narrow_packets(PACKET_COLUMNS)
+        narrow_to_declared(capture, readers, [n for n in needed if capture.built(n)])
         for name in needed:
             capture.frame(name)
         capture.release(needed, PACKET_COLUMNS)
+        narrow_to_declared(capture, readers, needed)
     frames = []
     for name, params in configured.items():
         if name in found_elsewhere:
@@ -249,7 +253,7 @@ def run(capture, only: list[str] | None = None, overrides: dict[str, object] | N
         stage(f"detector {name}")
         module = detectors[name]
         try:
-            frames.append(_checked_kinds(module, module.detect(CaptureView(capture, name, module.REQUIRES), params)))
+            frames.append(_checked_kinds(module, module.detect(view(capture, module), params)))
         except Exception as exc:  # noqa: BLE001 - recorded for the caller that asked for it
             if errors is None:
                 raise
@@ -261,7 +265,7 @@ def run(capture, only: list[str] | None = None, overrides: dict[str, object] | N
     if not frames:
         return empty_findings()
     found = pl.concat([f.select(FINDINGS_SCHEMA.names()).cast(FINDINGS_SCHEMA) for f in frames])
-    found = population.apply(found, CaptureView(capture, population.NAME, population.REQUIRES), detectors,
+    found = population.apply(found, view(capture, population), detectors,
                              configured, population_params(overrides))
     return worst_first(found)
 
@@ -302,6 +306,7 @@ def detect_partition(capture, whole_packets: pl.DataFrame, names: list[str],
     for name in needed:
         capture.frame(name)
     capture.release(needed, PACKET_COLUMNS)  # the partition's own packets and the builders' memos
+    narrow_to_declared(capture, [available()[n] for n in names], needed)
     capture.set_frame("packets", whole_packets.select(PACKET_COLUMNS))
     return detect_frames(capture, names, overrides)
 
@@ -313,11 +318,11 @@ def detect_frames(capture, names: list[str], overrides: dict[str, object] | None
     out: dict[str, pl.DataFrame] = {}
     for name, params in configure(names, overrides).items():
         module = detectors[name]
-        view = CaptureView(capture, name, module.REQUIRES)
+        seen = view(capture, module)
         if hasattr(module, "partial"):  # in two steps: its parts, finished where they meet (finished)
-            out.update({f"{name}{PART_SEPARATOR}{part}": frame for part, frame in module.partial(view, params).items()})
+            out.update({f"{name}{PART_SEPARATOR}{part}": frame for part, frame in module.partial(seen, params).items()})
         else:
-            out[name] = _checked_kinds(module, module.detect(view, params))
+            out[name] = _checked_kinds(module, module.detect(seen, params))
     return out
 
 
@@ -336,9 +341,29 @@ def finished(found: dict[str, pl.DataFrame], capture, configured: dict[str, obje
             out[key] = frame
     for name, its_parts in parts.items():
         module = detectors[name]
-        out[name] = _checked_kinds(module, module.finish(its_parts, CaptureView(capture, name, module.REQUIRES),
+        out[name] = _checked_kinds(module, module.finish(its_parts, view(capture, module),
                                                          configured[name]))
     return out
+
+
+def declared_columns(readers: list, frame: str) -> frozenset[str] | None:
+    """The columns of ``frame`` its readers among ``readers`` (detector modules, and the population
+    step) declare in their COLUMNS (base.py), all of them together; None when one of them reads it
+    whole, or none reads it."""
+    using = [m for m in readers if frame in m.REQUIRES]
+    declared = [getattr(m, "COLUMNS", {}).get(frame) for m in using]
+    if not using or any(d is None for d in declared):
+        return None
+    return frozenset().union(*declared)
+
+
+def narrow_to_declared(capture, readers: list, frames) -> None:
+    """Keep of each of ``frames`` only the columns its readers among ``readers`` declare
+    (:func:`declared_columns`; a frame one of them reads whole is left as it is), in its own order."""
+    for frame in frames:
+        wanted = declared_columns(readers, frame)
+        if wanted is not None:
+            capture.narrow_frame(frame, [c for c in capture.frame(frame).columns if c in wanted])
 
 
 def _last_readers(configured: dict[str, object], detectors: dict) -> dict[str, str]:

@@ -11,6 +11,11 @@ A detector is a module in ``detectors/`` with:
   frames and raises :class:`UndeclaredFrame` for any other. What gets built is what the detectors
   actually read through their views (and what those frames are built from), which
   tests/test_detector_contract.py checks against :func:`detectors.required_frames`.
+- ``COLUMNS`` (optional): of frames it REQUIRES, the columns it reads where it reads only some
+  (``{"tcp_segments": ("conn", "frame", ...)}``). Enforced the same way: its view serves such a frame
+  with those columns alone (reading another raises Polars' ColumnNotFoundError). A scan keeps of a
+  frame only the columns its readers declare, once every one of them declares some
+  (:func:`detectors.narrow_to_declared`; ``tcp_segments`` is ~112 B a segment in 22 columns).
 - ``ORDER`` (optional): where it runs and is listed (ascending; without one, after those with one).
 - ``PARTITION`` (optional): ``"server"`` when its findings are the union of its findings on each
   server partition of the capture (``analyzer.partitions``: every packet to or from a set of servers,
@@ -207,6 +212,12 @@ def severity_from_scale(value: pl.Expr, steps: tuple[float, float, float, float]
 
 # -- what a detector sees of the capture ------------------------------------------------------------
 
+def view(capture, module) -> "CaptureView":
+    """The view of ``capture`` a detector module (or the population step) reads through: its REQUIRES
+    and COLUMNS."""
+    return CaptureView(capture, module.NAME, module.REQUIRES, getattr(module, "COLUMNS", None))
+
+
 class UndeclaredFrame(RuntimeError):
     """A detector (or the population step) read a frame its ``REQUIRES`` does not declare: a bug of its
     declaration. Not a KeyError (that means "this capture has no such frame" and is tolerated)."""
@@ -231,16 +242,19 @@ class CaptureView:
 
     PASS_THROUGH = frozenset({"path", "files", "pieces", "warnings", "frames_by_file"})
 
-    def __init__(self, capture, detector: str, requires: Iterable[str]):
+    def __init__(self, capture, detector: str, requires: Iterable[str],
+                 columns: dict[str, tuple[str, ...]] | None = None):
         self._capture = capture
         self.detector = detector
         self.requires = frozenset(requires)
+        self.columns = dict(columns or {})  # frame -> the only columns served of it (the detector's COLUMNS)
 
     def frame(self, name: str) -> pl.DataFrame:
         self._check(name)
         if name == "packets":
             return self._capture.packets.select(PACKET_COLUMNS)
-        return self._capture.frame(name)
+        frame = self._capture.frame(name)
+        return frame.select(self.columns[name]) if name in self.columns else frame
 
     def _check(self, name: str) -> None:
         if name not in self.requires:
@@ -260,7 +274,7 @@ class CaptureView:
                              f"frame(name) (and packets), not {name!r}")
 
     def __repr__(self) -> str:
-        return f"CaptureView({self._capture!r}, {self.detector!r}, {sorted(self.requires)})"
+        return f"CaptureView({self._capture!r}, {self.detector!r}, {sorted(self.requires)}, {self.columns!r})"
 
 
 # -- capture facts ----------------------------------------------------------------------------------

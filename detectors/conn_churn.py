@@ -125,6 +125,7 @@ def _setup_protocols():
 # every frame it reads: TCP's, the tick (resolution_ns), and the transactions of the protocols with
 # setup operations (a connection's useful requests), as registered when the detector is imported
 REQUIRES = ("connections", "tcp_segments", "interfaces", *(p.transactions for p in _setup_protocols()))
+COLUMNS = {"tcp_segments": tcp_turns.SEGMENT_COLUMNS}  # the TCP turns of connections no transaction counts
 # its findings are the union of its findings per server partition (base.py; tests/test_partitions.py)
 PARTITION = "server"
 ORDER = 60  # where it runs and is listed (detectors/__init__.py)

@@ -85,6 +85,7 @@ NAME = "incast"
 KINDS = ("incast", "single_path")
 # every frame it reads (tcp_segments / connections as tcp_stall does; interfaces: resolution_ns)
 REQUIRES = ("tcp_segments", "connections", "interfaces")
+COLUMNS = {"tcp_segments": ir.SEGMENT_COLUMNS}  # what it reads of them (base.py)
 ORDER = 45  # after tcp_stall (40), whose rto findings it explains
 # a finding is one client's rounds across its servers: the union of its findings on client buckets
 PARTITION = "client"

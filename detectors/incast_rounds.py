@@ -16,6 +16,9 @@ from analyzer.tcp import analysis as an
 from . import tcp_stall, tcp_stall_kinds as ep
 from .base import resolution_ns
 
+# what it reads of tcp_segments: what tcp_stall's batches read (a detector's COLUMNS, base.py)
+SEGMENT_COLUMNS = tcp_stall.SEGMENT_COLUMNS
+
 FLOW_SCHEMA = {
     "conn": pl.UInt32, "client": pl.String, "server": pl.String, "server_ep": pl.String, "client_ep": pl.String,
     "rtt": pl.Float64, "both_directions": pl.Boolean, "round": pl.Int64, "req_ts": pl.Int64, "req_frame": pl.UInt32,

@@ -86,7 +86,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from . import saturation_slots
+from . import saturation_slots, tcp_turns
 from . import saturation_windows as sw
 from .base import (at_least_resolution, empty_findings, findings, fmt_ns, fmt_number, protocol_declaration,
                    transaction_frames, TRANSACTION_FRAMES)
@@ -95,6 +95,7 @@ from .params import LOWER, UPPER, param
 NAME = "saturation"
 KINDS = ("saturation", "collapse")
 REQUIRES = (*TRANSACTION_FRAMES, "smb2_messages", "nfs_messages", "connections", "tcp_segments", "interfaces")
+COLUMNS = {"tcp_segments": tcp_turns.SEGMENT_COLUMNS}  # the TCP turns of connections no transaction covers
 # its findings are the union of its findings per server partition (base.py; tests/test_partitions.py)
 PARTITION = "server"
 ORDER = 35

@@ -23,9 +23,9 @@ from analyzer.render import console as make_console
 from analyzer.selection import SELECTION_COLUMNS
 from analyzer.selection import apply as select
 
-from . import (ParameterError, at_least, available, configure, describe, detect_frames, detect_partition,
-               expanded, frames_read_here, incident_params, incidents, partitioned, required_frames, run,
-               shortest_silence_ns, top_level)
+from . import (ParameterError, at_least, available, configure, declared_columns, describe, detect_frames,
+               detect_partition, expanded, frames_read_here, incident_params, incidents, partitioned,
+               population, required_frames, run, shortest_silence_ns, top_level)
 from .base import PACKET_COLUMNS
 from .incidents_evidence import DNS_FRAME, PAYLOAD_COLUMNS, RETAINED_PACKET_COLUMNS, dns_payloads
 from .listing import print_detectors
@@ -144,7 +144,21 @@ def decode_on_cluster(client, cap, cfg: ScanConfig, *, local: bool, partitions: 
                                    partitions=partitions,
                                    silence_ns=shortest_silence_ns({n: configured[n] for n in on_workers}),
                                    task_frames=tuple(required_frames(on_workers)),
-                                   task_packet_columns=TASK_PACKET_COLUMNS)
+                                   task_packet_columns=TASK_PACKET_COLUMNS,
+                                   frame_columns=_read_columns(names))
+
+
+def _read_columns(names: list[str]) -> dict[str, tuple[str, ...]]:
+    """frame -> the columns of it a scan of detectors ``names`` reads, wherever they run (on the
+    partitions, the client buckets or here), where all its readers declare theirs (COLUMNS, base.py),
+    and the ``conn`` and ``frame`` the partitions' and buckets' merges key and order rows by."""
+    modules = [available()[n] for n in names] + [population]
+    out = {}
+    for frame in required_frames(names):
+        wanted = declared_columns(modules, frame)
+        if wanted is not None:
+            out[frame] = tuple(sorted(wanted | {"conn", "frame"}))
+    return out
 
 
 def run_detectors(cap, cfg: ScanConfig, *, release: bool, found_elsewhere=None) -> pl.DataFrame:

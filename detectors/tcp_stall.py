@@ -154,6 +154,10 @@ from .tcp_stall_explain import explain
 NAME = "tcp_stall"
 # every frame it reads (packets: capture-wide silences; interfaces: resolution_ns)
 REQUIRES = ("tcp_segments", "connections", "packets", "interfaces")
+# what it reads of tcp_segments (base.py: a scan keeps no more of it for its readers)
+SEGMENT_COLUMNS = ("frame", "conn", "from_client", "seq_rel", "seglen", "analysis", "acks_frame", "ack_rtt_ns",
+                   "rtt_ns", "initial_rtt_ns", "ts_ns", "tcp_flags", "window")
+COLUMNS = {"tcp_segments": SEGMENT_COLUMNS}
 # its findings are the union of its findings per server partition (base.py; tests/test_partitions.py)
 PARTITION = "server"
 # the parameter that is the shortest silence of the whole capture it looks for in packets (base.py)
@@ -253,8 +257,7 @@ def _segments(seg: pl.DataFrame, conns: tuple[int, int]) -> pl.DataFrame:
     index ``_i`` over the rows that have a time, see :func:`_indexed`), in capture order; tcp_segments
     carries ts_ns, tcp_flags and the raw window."""
     return seg.select(  # the columns first: the filter copies only these
-        "_i", "frame", "conn", "from_client", "seq_rel", "seglen", "analysis", "acks_frame", "ack_rtt_ns", "rtt_ns",
-        "initial_rtt_ns", "ts_ns", "tcp_flags", "window",
+        "_i", *SEGMENT_COLUMNS,
     ).filter(pl.col("conn").is_between(*conns) & pl.col("ts_ns").is_not_null()).with_columns(
         pl.col("tcp_flags").fill_null(0).cast(pl.Int64),
         pl.col("seglen").cast(pl.Int64),

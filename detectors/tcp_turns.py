@@ -18,6 +18,10 @@ import polars as pl
 from analyzer.tcp.analysis import ANY_RETRANSMISSION
 
 
+# what payload_segments reads of tcp_segments (a detector's COLUMNS, base.py)
+SEGMENT_COLUMNS = ("conn", "frame", "ts_ns", "from_client", "seglen", "analysis")
+
+
 def payload_segments(seg: pl.DataFrame, conns: pl.DataFrame | None = None) -> pl.DataFrame:
     """The payload-carrying segments (conn, frame, ts_ns, from_client, seglen, analysis when present) of
     the connections in ``conns`` (a frame with a ``conn`` column; every connection when None), sorted

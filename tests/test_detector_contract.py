@@ -399,3 +399,41 @@ def test_client_identity_is_client_identity_by_without_groups():
     sequential = req.filter(pl.col("client") == "10.0.0.2")
     assert client_identity(sequential)[1] == "address"
     assert client_identity(req.clear())[1] == "address"
+
+
+@pytest.mark.parametrize("name", sorted(detectors.available()))
+def test_declared_columns_are_columns_of_frames_it_requires(name):
+    """COLUMNS (base.py) names frames of REQUIRES and columns those frames have (a typo would make a
+    scan keep too little and the detector fail)."""
+    from analyzer.schema import FRAMES
+
+    module = detectors.available()[name]
+    for frame, columns in getattr(module, "COLUMNS", {}).items():
+        assert frame in module.REQUIRES, frame
+        assert set(columns) <= {c.name for c in FRAMES[frame]}, (frame, set(columns) - {c.name for c in FRAMES[frame]})
+
+
+def test_a_view_serves_only_the_declared_columns():
+    with open_capture(SAMPLES / "smb2-break-queue.pcap") as cap:
+        seen = CaptureView(cap, "x", ("tcp_segments", "connections"), {"tcp_segments": ("conn", "frame")})
+        assert seen.frame("tcp_segments").columns == ["conn", "frame"]
+        assert seen.frame("connections").columns == cap.frame("connections").columns
+        with pytest.raises(pl.exceptions.ColumnNotFoundError):
+            seen.frame("tcp_segments").select("seglen")
+
+
+def test_a_scan_keeps_the_columns_all_readers_declare_and_whole_frames_otherwise():
+    from detectors import declared_columns, narrow_to_declared, population, tcp_stall, tcp_turns
+
+    stall, saturation = detectors.available()["tcp_stall"], detectors.available()["saturation"]
+    assert declared_columns([stall, saturation], "tcp_segments") == set(tcp_stall.SEGMENT_COLUMNS) | set(
+        tcp_turns.SEGMENT_COLUMNS)
+    assert declared_columns([stall, population], "connections") is None  # tcp_stall reads it whole
+    assert declared_columns([population], "tcp_segments") is None  # no reader
+    with open_capture(SAMPLES / "smb2-break-queue.pcap") as cap:
+        whole = cap.frame("tcp_segments").columns
+        connections = cap.frame("connections").columns
+        narrow_to_declared(cap, [stall, saturation], ["tcp_segments", "connections"])
+        assert cap.frame("tcp_segments").columns == [c for c in whole if c in declared_columns(
+            [stall, saturation], "tcp_segments")]
+        assert cap.frame("connections").columns == connections
