@@ -123,7 +123,7 @@ class Capture:
             except pl.exceptions.ColumnNotFoundError as exc:
                 if self._narrowed is None:
                     raise
-                raise RuntimeError(f"frame {name!r} reads packet columns narrowed away (packets kept "
+                raise RuntimeError(f"frame {name!r} reads columns narrowed away ({exc}; packets kept "
                                    f"{', '.join(self._narrowed)}): analyzer.packet_readers must build what "
                                    f"reads them first") from exc
         return self._frames[name]

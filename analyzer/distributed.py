@@ -38,7 +38,7 @@ import polars as pl
 from .capture import ReadPart, open_captures
 from .errors import ClusterFailure
 from .kernels.silences import KEEP_EVERY_TIME
-from .packet_readers import build_packet_readers
+from .packet_readers import PACKET_READING_FRAMES, build_packet_readers
 from .partitions import (FrameSet, client_buckets, connection_maps, decode_partition, merge_frames, partition_ids,
                          read_part)
 
@@ -138,15 +138,15 @@ def decode_partition_task(part: ReadPart, ids, names: list[str], count: int, spi
     the task reads of the partition's packets once what reads the others is built for ``names``,
     ``client_frames`` and ``task_frames`` (``then``'s frames; ``analyzer.packet_readers``): the rest
     is freed before the decoders run (None: nothing is); ``frame_columns``: frame -> the columns of it
-    anything reads once what is built from it is (the rest is freed then too; a frame not named is
-    kept whole)."""
+    anything reads once what is built from it is: the packet readers' frames (``tcp_segments``) are
+    narrowed to them then too (a frame not named is kept whole)."""
     cap = open_captures([p for p, _, _ in part.pieces], part=dataclasses.replace(part, ids=ids))
     try:
         if task_packet_columns is not None:
             build_packet_readers(cap, (*names, *client_frames, *task_frames))
             cap.narrow_packets(task_packet_columns)
             for name, kept in (frame_columns or {}).items():
-                if cap.built(name):
+                if name in PACKET_READING_FRAMES and cap.built(name):  # what is built from it is
                     cap.narrow_frame(name, [c for c in cap.frame(name).columns if c in kept])
         frames = decode_partition(cap, names)
         bucketed = decode_partition(cap, client_frames) if client_frames else None

@@ -24,7 +24,7 @@ import pkgutil
 import polars as pl
 
 from analyzer.kernels.silences import SPAN_ONLY_NS
-from analyzer.packet_readers import build_packet_readers
+from analyzer.packet_readers import PACKET_READING_FRAMES, build_packet_readers
 from analyzer.partitions import CONNECTION_FRAMES
 from analyzer.progress import stage
 
@@ -237,10 +237,10 @@ def run(capture, only: list[str] | None = None, overrides: dict[str, object] | N
         needed = frames_read_here(list(configured), list(found_elsewhere))
         readers = [detectors[n] for n in to_run] + [population]
         # what reads packets' other columns first (TCP analysis, the memos the decoders read), then
-        # packets, and the frames built so far, narrowed to what is still read of them
+        # packets, and those frames (what is built from them is), narrowed to what is still read of them
         build_packet_readers(capture, needed)
         capture.narrow_packets(PACKET_COLUMNS)
-        narrow_to_declared(capture, readers, [n for n in needed if capture.built(n)])
+        narrow_to_declared(capture, readers, [n for n in needed if n in PACKET_READING_FRAMES and capture.built(n)])
         for name in needed:
             capture.frame(name)
         capture.release(needed, PACKET_COLUMNS)
@@ -308,21 +308,27 @@ def detect_partition(capture, whole_packets: pl.DataFrame, names: list[str],
     capture.release(needed, PACKET_COLUMNS)  # the partition's own packets and the builders' memos
     narrow_to_declared(capture, [available()[n] for n in names], needed)
     capture.set_frame("packets", whole_packets.select(PACKET_COLUMNS))
-    return detect_frames(capture, names, overrides)
+    return detect_frames(capture, names, overrides, release=True)
 
 
-def detect_frames(capture, names: list[str], overrides: dict[str, object] | None = None) -> dict[str, pl.DataFrame]:
+def detect_frames(capture, names: list[str], overrides: dict[str, object] | None = None, *,
+                  release: bool = False) -> dict[str, pl.DataFrame]:
     """The findings of detectors ``names`` on ``capture`` as it is (a partition, or the frames of a client
-    bucket, ``analyzer.partitions.FrameSet``), by detector name."""
+    bucket, ``analyzer.partitions.FrameSet``), by detector name. ``release``: each frame is dropped
+    after the last of them that reads it (a partition's capture, which nothing reads afterwards)."""
     detectors = available()
+    configured = configure(names, overrides)
+    last_reader = _last_readers(configured, detectors) if release else {}
     out: dict[str, pl.DataFrame] = {}
-    for name, params in configure(names, overrides).items():
+    for name, params in configured.items():
         module = detectors[name]
         seen = view(capture, module)
         if hasattr(module, "partial"):  # in two steps: its parts, finished where they meet (finished)
             out.update({f"{name}{PART_SEPARATOR}{part}": frame for part, frame in module.partial(seen, params).items()})
         else:
             out[name] = _checked_kinds(module, module.detect(seen, params))
+        if release:
+            capture.drop([f for f, last in last_reader.items() if last == name])
     return out
 
 

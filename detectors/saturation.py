@@ -95,7 +95,10 @@ from .params import LOWER, UPPER, param
 NAME = "saturation"
 KINDS = ("saturation", "collapse")
 REQUIRES = (*TRANSACTION_FRAMES, "smb2_messages", "nfs_messages", "connections", "tcp_segments", "interfaces")
-COLUMNS = {"tcp_segments": tcp_turns.SEGMENT_COLUMNS}  # the TCP turns of connections no transaction covers
+# what it reads of them (base.py): the TCP turns of connections no transaction covers, the SMB2 credits
+# (saturation_windows.smb2_credits) and the NFSv4.1 SEQUENCE slots (saturation_slots.sequence_calls)
+COLUMNS = {"tcp_segments": tcp_turns.SEGMENT_COLUMNS, "smb2_messages": sw.SMB2_CREDIT_COLUMNS,
+           "nfs_messages": saturation_slots.SEQUENCE_COLUMNS}
 # its findings are the union of its findings per server partition (base.py; tests/test_partitions.py)
 PARTITION = "server"
 ORDER = 35

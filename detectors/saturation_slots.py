@@ -33,12 +33,16 @@ from .base import optional_frame
 _EMPTY_TEXT = pl.lit(None, pl.String)
 
 
+# what sequence_calls reads of nfs_messages
+SEQUENCE_COLUMNS = ("operation", "msg_type", "sessionid", "slotid", "highest_slotid", "target_highest_slotid",
+                    "call_frame", "ts_first_ns", "ts_last_ns", "dst", "dport", "frame_last", "is_callback")
+
+
 def sequence_calls(msgs: pl.DataFrame) -> pl.DataFrame:
     """One row per answered fore-channel SEQUENCE call: server, server_port, sessionid, slotid, s, e (ns),
     server_highest (the reply's highest_slotid), server_target (its target_highest_slotid, null when the
     decoder does not give it)."""
-    need = {"operation", "msg_type", "sessionid", "slotid", "highest_slotid", "call_frame", "ts_first_ns",
-            "ts_last_ns", "dst", "dport", "frame_last"}
+    need = set(SEQUENCE_COLUMNS) - {"target_highest_slotid", "is_callback"}  # those two may be absent
     if not need <= set(msgs.columns):
         return pl.DataFrame()
     seq = msgs.filter(pl.col("operation").cast(pl.String) == "SEQUENCE")

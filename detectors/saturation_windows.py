@@ -218,6 +218,11 @@ def clients_past(summ: pl.DataFrame, req: pl.DataFrame, p) -> pl.DataFrame:
         pl.col("clients").fill_null(0), pl.col("client_identity").fill_null("address"))
 
 
+# what smb2_credits reads of smb2_messages
+SMB2_CREDIT_COLUMNS = ("kind", "from_client", "src", "dst", "ts_first_ns", "is_response", "credit_request",
+                       "credit_grant")
+
+
 def smb2_credits(capture, summ: pl.DataFrame) -> pl.DataFrame:
     """``credit_text`` for SMB2 groups: credits the server granted against those its clients requested
     past the knee and before it (MS-SMB2 3.3.1.2), from ``smb2_messages``."""

@@ -58,5 +58,5 @@ def test_every_frame_built_from_narrowed_packets_is_the_whole_packets_frame(name
 def test_a_builder_reading_columns_narrowed_away_says_so():
     with open_capture(SAMPLES / "smb2-break-queue.pcap") as cap:
         cap.narrow_packets(PACKET_COLUMNS)
-        with pytest.raises(RuntimeError, match="'tcp_segments' reads packet columns narrowed away"):
+        with pytest.raises(RuntimeError, match="'tcp_segments' reads columns narrowed away"):
             cap.frame("tcp_segments")
