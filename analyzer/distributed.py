@@ -143,7 +143,8 @@ def decode_partition_task(part: ReadPart, ids, names: list[str], count: int, spi
     cap = open_captures([p for p, _, _ in part.pieces], part=dataclasses.replace(part, ids=ids))
     try:
         if task_packet_columns is not None:
-            build_packet_readers(cap, (*names, *client_frames, *task_frames))
+            # connections too: decode_partition hands over its conn map whatever the frames asked
+            build_packet_readers(cap, (*names, *client_frames, *task_frames, "connections"))
             cap.narrow_packets(task_packet_columns)
             for name, kept in (frame_columns or {}).items():
                 if name in PACKET_READING_FRAMES and cap.built(name):  # what is built from it is

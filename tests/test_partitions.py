@@ -426,6 +426,17 @@ def test_scan_in_partitions_in_this_process_reports_the_single_process_scan(name
     assert code3 == code and parts == single and single["findings"]
 
 
+@pytest.mark.parametrize("detectors", ["pfc_storm,ecn_congestion", "tcp_stall", "saturation,conn_churn"])
+def test_scan_of_some_detectors_in_partitions_reports_the_single_process_scan(detectors):
+    """A partition task builds what reads packets for its frames, and the connections it always hands
+    over, before it narrows the packets: with RoCE/PFC detectors alone no frame asked for is TCP's
+    (the scan of a large capture partitions without being asked)."""
+    path = rocev2_capture("rocev2-pfc-storm") if "pfc" in detectors else SAMPLES / "smb2-break-queue.pcap"
+    code, single = _scan(path, "--detectors", detectors)
+    code2, parts = _scan(path, "--detectors", detectors, "--partitions", "2")
+    assert code2 == code and parts == single
+
+
 def test_split_and_selected_capture_in_partitions_reports_what_the_single_process_scan_does(tmp_path):
     pieces = _split(SAMPLES / "krb5-as-tgs-herd.pcapng", tmp_path / "p", 150)
     selected = ("--port", "88")
