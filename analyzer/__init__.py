@@ -35,6 +35,7 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _KERNEL_DIRS = [os.path.join(_PACKAGE_DIR, d) for d in ("", "kernels", "tcp", "decoders")]
 _KERNEL_DIRS.append(os.path.join(os.path.dirname(_PACKAGE_DIR), "detectors"))
 CACHE_NOTICE = ""  # one line for the user when the Numba cache had to move (or be turned off)
+CACHE_KEPT = True  # whether kernels compiled by this process are there for the next (not for this run only, not off)
 
 
 def _writable(path: str) -> bool:
@@ -83,6 +84,8 @@ def _cache_fallback() -> str:
             _set_cache_dir(place)
             # said once, on the run that creates it (and compiles), unless the user's setting is wrong
             return f"{why}; caching compiled kernels in {place}" if given or not existed else ""
+    global CACHE_KEPT
+    CACHE_KEPT = False
     try:
         place = tempfile.mkdtemp(prefix="herdscope-numba-")
     except OSError:

@@ -53,15 +53,12 @@ def test_info_of_one_packet_loads_no_pyarrow_compute(tmp_path, one_dns_packet):
 
 
 def _fast_loading() -> bool:
-    """Whether kernels load without Numba's compiler work here (analyzer.jit; tests/test_jit.py)."""
-    import os
-
+    """Whether kernels load without Numba's compiler work here (analyzer.jit), from a cache kept
+    between processes."""
     import analyzer
     from analyzer import jit
 
-    kept = "for this run only" not in analyzer.CACHE_NOTICE and "every run" not in analyzer.CACHE_NOTICE
-    return (os.environ.get(jit.PLAIN_LOAD_ENV, "").strip().lower() != "plain" and kept
-            and jit.numba_version_checked(__import__("numba").__version__))
+    return analyzer.CACHE_KEPT and all(jit.INSTALLED.values())
 
 
 @pytest.mark.skipif(not _fast_loading(), reason="kernels load the way Numba loads them here")

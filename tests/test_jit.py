@@ -16,6 +16,7 @@ import pytest
 from numba import njit
 from numba.core import codegen
 
+import analyzer
 from analyzer import jit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,19 +37,10 @@ def _allocates(values):
     return np.zeros(total, np.int64)
 
 
-def _cache_kept() -> bool:
-    """Whether kernels compiled in one process are loaded from the cache by the next (analyzer's
-    cache fallback says so when the cache is for one run only or off)."""
-    import analyzer
-
-    return "for this run only" not in analyzer.CACHE_NOTICE and "every run" not in analyzer.CACHE_NOTICE
-
-
 fast_loading = pytest.mark.skipif(
-    os.environ.get(jit.PLAIN_LOAD_ENV, "").strip().lower() == "plain"
-    or not jit.numba_version_checked(__import__("numba").__version__) or not _cache_kept(),
+    not (analyzer.CACHE_KEPT and all(jit.INSTALLED.values())),
     reason="kernels load the way Numba loads them here (HERDSCOPE_NUMBA_LOAD=plain, a Numba outside "
-           f"{jit.CHECKED_NUMBA}, or no cache kept between processes)")
+           f"{jit.CHECKED_NUMBA}), or no cache is kept between processes")
 
 
 @fast_loading
