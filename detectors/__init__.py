@@ -219,9 +219,10 @@ def run(capture, only: list[str] | None = None, overrides: dict[str, object] | N
 
     ``release`` (a scan, which needs nothing of the capture afterwards but its span and frame
     numbers): build what reads ``packets`` first (``analyzer.packet_readers``) and narrow it to
-    ``(frame, ts_ns)``, build every frame the detectors read, then free the rest (``Capture.release``:
-    the other columns of ``packets``, the builders' memos) and drop each frame after the last
-    detector that reads it. The findings are the same; the memory is not (issue 13).
+    ``(frame, ts_ns)``, and ``tcp_segments`` to the columns its readers declare (:func:`narrow_to_declared`),
+    build every frame the detectors read, then free the rest (``Capture.release``: the other columns of
+    ``packets``, the builders' memos; every frame narrowed to its readers' columns) and drop each frame
+    after the last detector that reads it. The findings are the same; the memory is not (issue 13).
 
     ``found_elsewhere``: detector name -> its findings, already found (``scan --workers`` runs the
     detectors that declare a PARTITION on the workers, :func:`detect_partition`); those are not run
