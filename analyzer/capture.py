@@ -183,9 +183,11 @@ class Capture:
         self._narrowed = tuple(packet_columns)
 
     def narrow_frame(self, name: str, columns) -> None:
-        """Keep only ``columns`` of the built frame ``name`` (a scan, once its readers' declared columns
-        are known: detectors.narrow_to_declared)."""
-        self._frames[name] = self._frames[name].select(list(columns))
+        """Keep of the built frame ``name`` only its columns among ``columns``, in its own order (a scan,
+        once its readers' declared columns are known: detectors.narrow_to_declared)."""
+        kept = set(columns)
+        frame = self._frames[name]
+        self._frames[name] = frame.select([c for c in frame.columns if c in kept])
 
     def drop(self, names) -> None:
         """Forget these frames (a scan, after the last detector that reads them)."""

@@ -38,7 +38,7 @@ import polars as pl
 from .capture import ReadPart, open_captures
 from .errors import ClusterFailure
 from .kernels.silences import KEEP_EVERY_TIME
-from .packet_readers import PACKET_READING_FRAMES, build_packet_readers
+from .packet_readers import build_packet_readers, narrow_after_readers
 from .partitions import (FrameSet, client_buckets, connection_maps, decode_partition, merge_frames, partition_ids,
                          read_part)
 
@@ -145,10 +145,7 @@ def decode_partition_task(part: ReadPart, ids, names: list[str], count: int, spi
         if task_packet_columns is not None:
             # connections too: decode_partition hands over its conn map whatever the frames asked
             build_packet_readers(cap, (*names, *client_frames, *task_frames, "connections"))
-            cap.narrow_packets(task_packet_columns)
-            for name, kept in (frame_columns or {}).items():
-                if name in PACKET_READING_FRAMES and cap.built(name):  # what is built from it is
-                    cap.narrow_frame(name, [c for c in cap.frame(name).columns if c in kept])
+            narrow_after_readers(cap, task_packet_columns, frame_columns or {})
         frames = decode_partition(cap, names)
         bucketed = decode_partition(cap, client_frames) if client_frames else None
         extra = then(cap, cap.whole_times) if then is not None else {}

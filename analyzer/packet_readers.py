@@ -24,11 +24,12 @@ from __future__ import annotations
 
 from .decoders.registry import protocol_of_frame
 from .messages import udp_packets
+from .partitions import CONNECTION_FRAMES
 from .tcp.framing import payload_segments
 
-TCP_FRAMES = ("connections", "tcp_segments", "tcp_client_syns")
-# frames whose builders read columns of packets beyond frame and ts_ns (module doc)
-PACKET_READING_FRAMES = (*TCP_FRAMES, "pause_frames", "rocev2_packets")
+# frames whose builders read columns of packets beyond frame and ts_ns (module doc): TCP analysis's
+# (the frames keyed by a connection) and two of their own
+PACKET_READING_FRAMES = (*CONNECTION_FRAMES, "pause_frames", "rocev2_packets")
 
 
 def packet_readers(frames) -> tuple[list[str], bool, bool]:
@@ -49,6 +50,18 @@ def packet_readers(frames) -> tuple[list[str], bool, bool]:
             udp = True
         wanted.update(dict.fromkeys(f for f in protocol.frames if f in PACKET_READING_FRAMES))
     return list(wanted), payloads, udp
+
+
+def narrow_after_readers(cap, packet_columns, frame_columns) -> None:
+    """Once :func:`build_packet_readers` has run: ``packets`` narrowed to ``packet_columns``, and each
+    packet-reading frame built so far to its entry in ``frame_columns`` (frame -> the columns still
+    read of it; a frame not named stays whole). Only those frames: what is built from them is built,
+    while a frame built earlier may still be read whole by a builder to come (kerberos_ap reads
+    smb2_messages)."""
+    cap.narrow_packets(packet_columns)
+    for name, kept in frame_columns.items():
+        if name in PACKET_READING_FRAMES and cap.built(name):
+            cap.narrow_frame(name, kept)
 
 
 def build_packet_readers(cap, frames) -> None:

@@ -24,7 +24,7 @@ import pkgutil
 import polars as pl
 
 from analyzer.kernels.silences import SPAN_ONLY_NS
-from analyzer.packet_readers import PACKET_READING_FRAMES, build_packet_readers
+from analyzer.packet_readers import build_packet_readers, narrow_after_readers
 from analyzer.partitions import CONNECTION_FRAMES
 from analyzer.progress import stage
 
@@ -240,8 +240,7 @@ def run(capture, only: list[str] | None = None, overrides: dict[str, object] | N
         # what reads packets' other columns first (TCP analysis, the memos the decoders read), then
         # packets, and those frames (what is built from them is), narrowed to what is still read of them
         build_packet_readers(capture, needed)
-        capture.narrow_packets(PACKET_COLUMNS)
-        narrow_to_declared(capture, readers, [n for n in needed if n in PACKET_READING_FRAMES and capture.built(n)])
+        narrow_after_readers(capture, PACKET_COLUMNS, declared_columns_of(readers, needed))
         for name in needed:
             capture.frame(name)
         capture.release(needed, PACKET_COLUMNS)
@@ -364,13 +363,16 @@ def declared_columns(readers: list, frame: str) -> frozenset[str] | None:
     return frozenset().union(*declared)
 
 
+def declared_columns_of(readers: list, frames) -> dict[str, frozenset[str]]:
+    """frame -> :func:`declared_columns` of those of ``frames`` whose readers all declare some."""
+    return {f: c for f in frames if (c := declared_columns(readers, f)) is not None}
+
+
 def narrow_to_declared(capture, readers: list, frames) -> None:
     """Keep of each of ``frames`` only the columns its readers among ``readers`` declare
-    (:func:`declared_columns`; a frame one of them reads whole is left as it is), in its own order."""
-    for frame in frames:
-        wanted = declared_columns(readers, frame)
-        if wanted is not None:
-            capture.narrow_frame(frame, [c for c in capture.frame(frame).columns if c in wanted])
+    (:func:`declared_columns`; a frame one of them reads whole is left as it is)."""
+    for frame, wanted in declared_columns_of(readers, frames).items():
+        capture.narrow_frame(frame, wanted)
 
 
 def _last_readers(configured: dict[str, object], detectors: dict) -> dict[str, str]:

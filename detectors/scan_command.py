@@ -23,7 +23,7 @@ from analyzer.render import console as make_console
 from analyzer.selection import SELECTION_COLUMNS
 from analyzer.selection import apply as select
 
-from . import (ParameterError, at_least, available, configure, declared_columns, describe, detect_frames,
+from . import (ParameterError, at_least, available, configure, declared_columns_of, describe, detect_frames,
                detect_partition, expanded, frames_read_here, incident_params, incidents, partitioned,
                population, required_frames, run, shortest_silence_ns, top_level)
 from .base import PACKET_COLUMNS
@@ -153,12 +153,8 @@ def _read_columns(names: list[str]) -> dict[str, tuple[str, ...]]:
     partitions, the client buckets or here), where all its readers declare theirs (COLUMNS, base.py),
     and the ``conn`` and ``frame`` the partitions' and buckets' merges key and order rows by."""
     modules = [available()[n] for n in names] + [population]
-    out = {}
-    for frame in required_frames(names):
-        wanted = declared_columns(modules, frame)
-        if wanted is not None:
-            out[frame] = tuple(sorted(wanted | {"conn", "frame"}))
-    return out
+    return {frame: tuple(sorted(wanted | {"conn", "frame"}))
+            for frame, wanted in declared_columns_of(modules, required_frames(names)).items()}
 
 
 def run_detectors(cap, cfg: ScanConfig, *, release: bool, found_elsewhere=None) -> pl.DataFrame:

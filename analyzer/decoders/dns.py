@@ -80,7 +80,6 @@ from typing import Sequence
 
 import numpy as np
 import polars as pl
-import pyarrow as pa
 
 from ..capture import frame_builder
 from ..columns import enum_from_codes, series
@@ -369,9 +368,7 @@ def _string_buffers(s: pl.Series) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Arrow offsets (int64, len+1), bytes and validity of a String series."""
     # Arrow's large_string from Polars itself (its oldest compatibility level): pyarrow's cast would
     # import pyarrow.compute (~20 ms of every process that decodes DNS)
-    a = s.rechunk().to_arrow(compat_level=pl.CompatLevel.oldest())
-    if isinstance(a, pa.ChunkedArray):
-        a = pa.concat_arrays(a.chunks) if a.num_chunks != 1 else a.chunk(0)
+    a = s.rechunk().to_arrow(compat_level=pl.CompatLevel.oldest())  # one Array
     _, offsets, data = a.buffers()
     off = np.frombuffer(offsets, np.int64)[a.offset:a.offset + len(a) + 1]
     raw = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
