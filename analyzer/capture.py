@@ -66,6 +66,7 @@ class Capture:
         # read with only these packet columns (read_tables(columns=)): nothing can be built either
         self.columns: tuple[str, ...] | None = tuple(self._frames["packets"].columns) if packet_columns else None
         self._freed: set[str] = set()  # frames built, then freed by release() / drop()
+        self._packet_count: int | None = None  # packets' rows before thin_packets() (None: not thinned)
         self.reports: list[tuple[str, ReadReport]] = [(self.path, tables.report)]
         self.files: list[str] = [self.path]
         # what a reader of the results should know about how the files were joined (open_captures)
@@ -91,6 +92,12 @@ class Capture:
     @property
     def packets(self) -> pl.DataFrame:
         return self._frames["packets"]
+
+    @property
+    def packet_count(self) -> int:
+        """How many packets the capture holds (after a selection, the selected ones): the rows of
+        ``packets``, or as many as it had before :meth:`thin_packets`."""
+        return self.packets.height if self._packet_count is None else self._packet_count
 
     @property
     def report(self) -> ReadReport:
@@ -181,6 +188,21 @@ class Capture:
         self._frames["packets"] = narrow
         self._tables = dataclasses.replace(self._tables, packets=narrow)
         self._narrowed = tuple(packet_columns)
+
+    def thin_packets(self, silence_ns: int) -> None:
+        """Keep of ``packets`` only (frame, ts_ns) of the rows its span and silences of ``silence_ns``
+        need (``analyzer.kernels.silences``; ``SPAN_ONLY_NS``: the first and last), after
+        :meth:`release`: what the caller of a scan in partitions keeps of every packet while they
+        decode, besides their partitions (issue 13: 20 bytes a packet were 2 GB at 100M packets).
+        :attr:`packet_count` still says how many there were."""
+        if not self._released:
+            raise RuntimeError("thin_packets before release(): the builders read every packet")
+        count = self.packet_count
+        self.narrow_packets(("frame", "ts_ns"))
+        thinned = thinned_times(self._frames["packets"], silence_ns)
+        self._frames["packets"] = thinned
+        self._tables = dataclasses.replace(self._tables, packets=thinned)
+        self._packet_count = count
 
     def narrow_frame(self, name: str, columns) -> None:
         """Keep of the built frame ``name`` only its columns among ``columns``, in its own order (a scan,

@@ -218,7 +218,8 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
                   client_then=None, shared: dict | None = None, packet_columns: tuple[str, ...] | None = None,
                   partitions: int | None = None, silence_ns: int | None = KEEP_EVERY_TIME,
                   task_frames: tuple[str, ...] = (), task_packet_columns: tuple[str, ...] | None = None,
-                  frame_columns: dict[str, tuple[str, ...]] | None = None) -> tuple[dict, dict]:
+                  frame_columns: dict[str, tuple[str, ...]] | None = None,
+                  caller_silence_ns: int | None = KEEP_EVERY_TIME) -> tuple[dict, dict]:
     """The frames ``names`` of ``cap`` (read whole here, its selection applied), decoded partition by
     partition on ``client``'s cluster, each worker reading its partition's packets alone from the
     files, and merged: the same frames as a single process builds (``analyzer.partitions``); and the
@@ -233,6 +234,8 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
     default every one). ``task_frames`` and ``task_packet_columns``: the frames ``then`` builds and
     what a task reads of its partition's packets beyond what builds the frames, and
     ``frame_columns`` what anything reads of the frames named (:func:`decode_partition_task`).
+    ``caller_silence_ns``: with ``packet_columns``, what the caller then keeps of ``cap.packets``, the
+    span and silences this long (``Capture.thin_packets``; None: every row).
     ``client`` may be :class:`InProcess`."""
     count = partitions or _threads(client) * PARTITIONS_PER_THREAD
     client_frames = tuple(client_frames) if client_then is not None else ()
@@ -240,6 +243,8 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
     reads = [read_part(cap, None, k, silence_ns) for k in range(count)]
     if packet_columns is not None:
         cap.release((), packet_columns)
+        if caller_silence_ns is not KEEP_EVERY_TIME:
+            cap.thin_packets(caller_silence_ns)
     cap.forget_pages()  # the partitions map the files again; these pages come back if read
     ids = client.scatter(ids, broadcast=True)
     with contextlib.ExitStack() as stack:

@@ -49,15 +49,17 @@ server partition holds only some of them. So a server partition's connection fra
 """
 from __future__ import annotations
 
+import dataclasses
 import heapq
+from collections.abc import Callable
 
 import numpy as np
 import polars as pl
 
-from .capture import UNSELECTED, ReadPart
+from .capture import UNSELECTED, ReadPart, open_captures
 from .decoders.registry import protocol_of_frame, protocols
 from .kernels.pairs import address_pairs
-from .kernels.silences import KEEP_EVERY_TIME
+from .kernels.silences import KEEP_EVERY_TIME, SPAN_ONLY_NS
 from .messages import flow_key
 from .wide_frames import sorted_rows
 
@@ -177,6 +179,28 @@ def read_part(cap, ids: np.ndarray | None, index: int, silence_ns: int | None = 
                     address_types={"packets": {c: cap.packets.schema[c] for c in ("src", "dst")},
                                    "icmp_errors": {c: icmp.schema[c] for c in ("inner_src", "inner_dst")}},
                     silence_ns=silence_ns)
+
+
+def packets_reader(cap, packet_columns: tuple[str, ...]) -> Callable[[np.ndarray], pl.DataFrame]:
+    """A function of some frame numbers of ``cap`` (the whole reading, before its packets are
+    released) that reads those packets again from its files, with ``packet_columns`` (addresses in
+    ``cap``'s Enum), in frame order: what the caller of a run in partitions, which keeps no column of
+    every packet, reads of a few of them at the end (the incident linker: the addresses of the
+    findings' evidence frames). Each call walks the files' records once (as a partition does) and
+    decodes only those asked for."""
+    template = read_part(cap, None, 0, SPAN_ONLY_NS)
+    records = sum(n for _, _, n in cap.pieces)
+
+    def read(frames) -> pl.DataFrame:
+        numbers = np.unique(np.asarray(frames, np.int64))
+        numbers = numbers[(numbers >= 1) & (numbers <= records)]
+        ids = np.full(records, UNSELECTED, np.uint16)
+        ids[numbers - 1] = 0
+        with open_captures([p for p, _, _ in template.pieces], part=dataclasses.replace(template, ids=ids),
+                           packet_columns=packet_columns) as part:
+            return part.packets.select(packet_columns)
+
+    return read
 
 
 def decode_partition(cap, names) -> dict[str, pl.DataFrame]:

@@ -13,8 +13,10 @@ A finding names its participants three ways, all used:
 A scan frees the packets' addresses before its detectors run (issue 13, ``Capture.release``), so
 :func:`retain` takes what the linker needs first: the ``frame``, ``src`` and ``dst`` columns of
 ``packets`` (a zero-copy selection that keeps those two Enum columns alive: a few bytes per packet,
-4 measured on a 1-million-packet synthetic capture, the only per-packet cost of incidents) and, when the DNS transactions are among the frames built anyway,
-the offsets of one early and one late answered UDP A/AAAA response per name (one small row per DNS
+4 measured on a 1-million-packet synthetic capture, the only per-packet cost of incidents; a scan in
+partitions, whose caller keeps no column of every packet, reads the evidence frames' addresses again
+from the files instead, ``analyzer.partitions.packets_reader``) and, when the DNS transactions are
+among the frames built anyway, the offsets of one early and one late answered UDP A/AAAA response per name (one small row per DNS
 name), whose answers :mod:`detectors.incidents_dns` reads on demand.
 """
 from __future__ import annotations
@@ -23,6 +25,7 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
 import polars as pl
 
 from analyzer.decoders import registry
@@ -41,24 +44,28 @@ class Retained:
     """What :func:`retain` kept of a capture for :func:`detectors.incidents.link`."""
 
     addresses: pl.DataFrame | None = None  # frame (ascending), src, dst: one row per packet
+    # or, where the capture kept no addresses (a scan in partitions): frames -> those rows, read again
+    read_addresses: Callable[[np.ndarray], pl.DataFrame] | None = None
     dns_responses: pl.DataFrame | None = None  # name (lower case), payload_offset, payload_caplen
     read_bytes: Callable[[int, int], bytes] | None = None  # the capture's bytes_at
     _resolved: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def evidence_addresses(self, findings: pl.DataFrame) -> dict[str, set[str]]:
         """finding_id -> the source and destination addresses of its evidence frames."""
-        if self.addresses is None or findings.height == 0:
+        if (self.addresses is None and self.read_addresses is None) or findings.height == 0:
             return {}
         # the first EVIDENCE_CAP frames (as scan keeps them): `show`, which lifts the cap, links the same
         ev = (findings.select("finding_id", pl.col("evidence_frames").list.head(EVIDENCE_CAP))
               .explode("evidence_frames").drop_nulls())
         if ev.height == 0:
             return {}
-        frames = self.addresses["frame"]
+        addresses = (self.addresses if self.addresses is not None
+                     else self.read_addresses(ev["evidence_frames"].unique().to_numpy()))
+        frames = addresses["frame"]
         wanted = ev["evidence_frames"].cast(frames.dtype)
         pos = frames.search_sorted(wanted).to_numpy().clip(0, max(frames.len() - 1, 0))
-        hit = frames.to_numpy()[pos] == wanted.to_numpy()
-        rows = self.addresses[pl.Series(pos[hit])]
+        hit = frames.to_numpy()[pos] == wanted.to_numpy() if frames.len() else np.zeros(wanted.len(), np.bool_)
+        rows = addresses[pl.Series(pos[hit])]
         ids = ev["finding_id"].filter(pl.Series(hit))
         pairs = pl.concat([pl.DataFrame({"finding_id": ids, "addr": rows[c].cast(pl.String)})
                            for c in ("src", "dst")]).drop_nulls().unique()
@@ -90,15 +97,20 @@ def dns_payloads(packets: pl.DataFrame) -> pl.DataFrame:
     return packets.filter(pl.col("sport").is_in(ports) | pl.col("dport").is_in(ports)).select("frame", *PAYLOAD_COLUMNS)
 
 
-def retain(capture, frames=None, payloads: pl.DataFrame | None = None) -> Retained:
+def retain(capture, frames=None, payloads: pl.DataFrame | None = None,
+           read_addresses: Callable[[np.ndarray], pl.DataFrame] | None = None) -> Retained:
     """What the linker reads, taken from ``capture`` while it still has it: call it before
     ``detectors.run(..., release=True)`` with the frames the run builds (``required_frames``), or
     after a plain run with ``frames`` None (then only the DNS transactions already built are read).
-    ``payloads``: :func:`dns_payloads`, taken before the packets frame lost its payload columns."""
+    ``payloads``: :func:`dns_payloads`, taken before the packets frame lost its payload columns.
+    ``read_addresses``: where the packets frame has no addresses (a scan in partitions), what reads
+    (frame, src, dst) of the evidence frames from the files (``analyzer.partitions.packets_reader``)."""
     packets = capture.packets
     out = Retained(read_bytes=getattr(capture, "bytes_at", None))
     if {"src", "dst"} <= set(packets.columns):  # RETAINED_PACKET_COLUMNS
         out.addresses = packets.select("frame", "src", "dst")
+    else:
+        out.read_addresses = read_addresses
     dns = capture.built_frames().get(DNS_FRAME) if hasattr(capture, "built_frames") else None
     if dns is None and frames is not None and DNS_FRAME in frames:
         dns = capture.frame(DNS_FRAME)  # built by the run anyway (memoised): no extra cost

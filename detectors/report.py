@@ -69,14 +69,15 @@ def _int_if_whole(x: float):
 
 
 def capture_summary(cap, files: list[str], findings: pl.DataFrame, detector_names: list[str]) -> dict:
-    p = cap.packets
+    p = cap.packets  # its ends (a scan in partitions keeps no more of it: Capture.thin_packets)
+    count = cap.packet_count
     first = int(p["ts_ns"].min()) if p.height else None
     last = int(p["ts_ns"].max()) if p.height else None
     counts = dict(findings.group_by("severity").len().iter_rows()) if findings.height else {}
     damage = [{"file": f, "reason": r.damage, "offset": r.stop_offset, "bytes_not_read": r.bytes_not_read}
               for f, r in getattr(cap, "reports", [(cap.path, cap.report)]) if r.damage is not None]
     return {
-        "files": files, "packets": p.height, "first_time": iso_time(first), "last_time": iso_time(last),
+        "files": files, "packets": count, "first_time": iso_time(first), "last_time": iso_time(last),
         "duration_s": (last - first) / 1e9 if p.height else 0.0, "ts_resolution_ns": _int_if_whole(resolution_ns(cap)),
         "detectors": detector_names, "findings": {s: int(counts.get(s, 0)) for s in SEVERITIES},
         "damage": damage or None, "selection": cap.selection,

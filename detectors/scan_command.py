@@ -16,7 +16,7 @@ import polars as pl
 
 from analyzer.command import open_captures, writing
 from analyzer.errors import ExitCode, UnreadableCapture, fail
-from analyzer.partitions import CONNECTION_FRAMES, caller_packet_columns
+from analyzer.partitions import CONNECTION_FRAMES, caller_packet_columns, packets_reader
 from analyzer.progress import stage
 from analyzer.record_estimate import partitions_for
 from analyzer.render import console as make_console
@@ -27,7 +27,7 @@ from . import (ParameterError, at_least, available, configure, declared_columns_
                detect_partition, expanded, frames_read_here, incident_params, incidents, partitioned,
                population, required_frames, run, shortest_silence_ns, top_level)
 from .base import PACKET_COLUMNS
-from .incidents_evidence import DNS_FRAME, PAYLOAD_COLUMNS, RETAINED_PACKET_COLUMNS, dns_payloads
+from .incidents_evidence import DNS_FRAME, RETAINED_PACKET_COLUMNS, dns_payloads
 from .listing import print_detectors
 from .report import capture_summary, finding_records, incident_records, render, render_table
 from .scan_config import ScanConfig
@@ -37,9 +37,11 @@ from .show import check_id, find_finding, print_finding, tshark_summaries
 # what a scan reads of the packets frame once the frames are built: the detectors' columns, the incident
 # linker's (incidents.retain) and the report's (its count and span)
 KEPT_PACKET_COLUMNS = tuple(dict.fromkeys(PACKET_COLUMNS + RETAINED_PACKET_COLUMNS))
-# what a scan in partitions keeps of every packet while they decode: the payload columns the linker
-# reads of the DNS responses are kept of the packets to or from a DNS port alone (dns_payloads)
-PARTITIONED_PACKET_COLUMNS = tuple(c for c in KEPT_PACKET_COLUMNS if c not in PAYLOAD_COLUMNS)
+# what a scan in partitions keeps of every packet while they decode, and of those only the span and the
+# silences its own detectors read (Capture.thin_packets): the payload columns the linker reads of the
+# DNS responses are kept of the packets to or from a DNS port alone (dns_payloads), and the addresses
+# of the evidence frames are read again from the files at the end (partitions.packets_reader)
+PARTITIONED_PACKET_COLUMNS = PACKET_COLUMNS
 # what the caller of a partitioned scan reads of the packets at all: the columns above, and those the
 # selection, the partitioning and the joining of pieces read; its workers decode (issue 13: the rest
 # of a packet's ~90 bytes is never held by the caller)
@@ -93,9 +95,10 @@ def _scan_group(group, cfg: ScanConfig, selection, client, local: bool, expand: 
         return ExitCode.UNREADABLE
     select(cap, selection)
     payloads = dns_payloads(cap.packets) if client else None  # before the partitions narrow the packets
+    addresses = packets_reader(cap, ("frame", "src", "dst")) if client else None  # and thin them
     found_elsewhere = decode_on_cluster(client, cap, cfg, local=local, partitions=partitions) if client else None
     linker = linker_params(cfg)
-    kept = incidents.retain(cap, required_frames(cfg.detectors), payloads)  # what release would free
+    kept = incidents.retain(cap, required_frames(cfg.detectors), payloads, addresses)  # what release would free
     findings = run_detectors(cap, cfg, release=True, found_elsewhere=found_elsewhere)
     stage("incidents")
     linked = incidents.link(findings, cap, linker, retained=kept)
@@ -145,7 +148,9 @@ def decode_on_cluster(client, cap, cfg: ScanConfig, *, local: bool, partitions: 
                                    silence_ns=shortest_silence_ns({n: configured[n] for n in on_workers}),
                                    task_frames=tuple(required_frames(on_workers)),
                                    task_packet_columns=TASK_PACKET_COLUMNS,
-                                   frame_columns=_read_columns(names))
+                                   frame_columns=_read_columns(names),
+                                   caller_silence_ns=shortest_silence_ns(
+                                       {n: p for n, p in configured.items() if n not in on_workers + by_client}))
 
 
 def _read_columns(names: list[str]) -> dict[str, tuple[str, ...]]:

@@ -426,6 +426,56 @@ def test_scan_in_partitions_in_this_process_reports_the_single_process_scan(name
     assert code3 == code and parts == single and single["findings"]
 
 
+@pytest.mark.parametrize("name", ["cascade-dns-krb5.pcap", "ldap-repl-conflict.pcap", "krb5-as-tgs-herd.pcapng"])
+def test_incidents_of_a_scan_in_partitions_read_the_evidence_addresses_from_the_files(name):
+    """The caller of a scan in partitions keeps no address of every packet: the linker reads those of
+    the evidence frames from the files at the end (partitions.packets_reader), and links the same."""
+    code, single = _scan(SAMPLES / name)
+    code2, parts = _scan(SAMPLES / name, "--partitions", "2")
+    assert single["incidents"] and parts["incidents"] == single["incidents"]
+    assert code2 == code and parts == single
+
+
+@pytest.mark.parametrize("pieces", [1, 3])
+def test_packets_read_again_are_the_whole_readings_rows(tmp_path, pieces):
+    path = SAMPLES / "smb2-break-queue.pcap"
+    with open_capture(path) as cap:
+        per_piece = -(-cap.packets.height // pieces)
+    files = [path] if pieces == 1 else _split(path, tmp_path / "p", per_piece)
+    with open_captures(files) as whole:
+        read = partitions.packets_reader(whole, ("frame", "src", "dst"))
+        frames = np.array([whole.packets.height, 1, 7, 7, 90, whole.packets.height + 5, 0])
+        expected = whole.packets.select("frame", "src", "dst").filter(pl.col("frame").is_in([1, 7, 90, whole.packets.height]))
+        got = read(frames)
+    assert got.equals(expected) and got.schema == expected.schema and got.height == 4
+
+
+def test_the_caller_of_a_run_in_partitions_keeps_only_its_packets_span():
+    """Capture.thin_packets: while the partitions decode (and after), the caller holds the first and
+    last packet times (and the silences its own detectors read), and still knows how many there were."""
+    from analyzer import distributed
+    from analyzer.kernels.silences import SPAN_ONLY_NS
+
+    with open_capture(SAMPLES / "smb2-break-queue.pcap") as cap:
+        first, last, count = cap.packets["ts_ns"].min(), cap.packets["ts_ns"].max(), cap.packets.height
+        seen = []
+        task = distributed.decode_partition_task
+
+        def watched(*args, **kwargs):
+            seen.append(cap.packets.height)
+            return task(*args, **kwargs)
+
+        distributed.decode_partition_task = watched
+        try:
+            distributed.decode_into(None, cap, ["smb2_messages"], packet_columns=("frame", "ts_ns"),
+                                    caller_silence_ns=SPAN_ONLY_NS, partitions=2)
+        finally:
+            distributed.decode_partition_task = task
+        assert seen == [2, 2] and cap.packets.columns == ["frame", "ts_ns"]
+        assert (cap.packets["ts_ns"].min(), cap.packets["ts_ns"].max()) == (first, last)
+        assert cap.packet_count == count > 2 and cap.frame("smb2_messages").height
+
+
 @pytest.mark.parametrize("detectors", ["pfc_storm,ecn_congestion", "tcp_stall", "saturation,conn_churn"])
 def test_scan_of_some_detectors_in_partitions_reports_the_single_process_scan(detectors):
     """A partition task builds what reads packets for its frames, and the connections it always hands
