@@ -134,6 +134,39 @@ def test_code_compiled_later_links_a_kernel_loaded_from_the_cache():
     assert int(total) == 3 + 14 and first == "abc" and same == "True"
 
 
+# A kernel whose library holds Numba's own array functions (np.zeros, slice assignment: numba.np.arrayobj),
+# loaded from the cache without importing those modules; then code compiled in the same process that
+# needs them imports them, and both run.
+_NUMBA_MODULES_NOT_IMPORTED = """
+import sys
+import numpy as np
+from numba import njit
+from analyzer.kernels.silences import silence_kept
+ts = np.array([1, 2, 3, 10, 11], np.int64)
+first = silence_kept(ts, np.int64(5)).tolist()
+imported = "numba.np.arrayobj" in sys.modules
+
+@njit
+def later(ts, gap):
+    out = np.zeros(ts.shape[0] + 1, np.int64)
+    out[1:] = ts
+    return silence_kept(out[1:], gap)
+
+print(silence_kept.stats.cache_hits.get(silence_kept.signatures[0], 0), imported, first == [True, False, True, True, True],
+      later(ts, np.int64(5)).tolist() == first, silence_kept(ts[::-1].copy(), np.int64(5)).all())
+"""
+
+
+@fast_loading
+def test_a_loaded_kernel_does_not_import_numbas_own_modules_for_its_environments():
+    env = {k: v for k, v in os.environ.items() if k != jit.PLAIN_LOAD_ENV}
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", _NUMBA_MODULES_NOT_IMPORTED], capture_output=True, text=True,
+                              cwd=ROOT, env=env, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["1", "False", "True", "True", "True"]
+
+
 _UFUNC = """
 from numba import vectorize
 
