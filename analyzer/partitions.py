@@ -58,7 +58,7 @@ import polars as pl
 
 from .capture import UNSELECTED, ReadPart, open_captures
 from .decoders.registry import protocol_of_frame, protocols
-from .kernels.pairs import address_pairs
+from .kernels.pairs import PairTable
 from .kernels.silences import KEEP_EVERY_TIME, SPAN_ONLY_NS
 from .messages import flow_key
 from .wide_frames import sorted_rows
@@ -105,6 +105,8 @@ _ADDRESSES = "_address_dtype"  # and the capture's address Enum (an empty column
 # what partition_ids reads of the packets frame
 PARTITION_COLUMNS = ("frame", "src", "dst", "sport", "dport", "tcp_flags")
 SYN, SYN_ACK = 0x02, 0x12  # tcp_flags: a SYN without ACK opens a connection to its destination
+# packets whose pair inputs (~12 bytes each: partition_of_packets) are worked out at a time
+PAIR_SLICE_ROWS = 1 << 20
 
 
 def caller_packet_columns(*columns: str) -> tuple[str, ...]:
@@ -118,16 +120,15 @@ def partition_of_packets(packets: pl.DataFrame, count: int, ports) -> pl.Series:
     """The partition (0 .. count-1) of each packet: its server's, servers dealt by packets
     (:func:`balanced_partitions`; module doc). Addresses are compared by their codes in the
     capture's address Enum, which every reader of the same files assigns alike; the pairs are found
-    in one pass (:func:`analyzer.kernels.pairs.address_pairs`)."""
+    in one pass, :data:`PAIR_SLICE_ROWS` packets at a time (:class:`analyzer.kernels.pairs.PairTable`)."""
     served = np.zeros(1 << 16, np.bool_)
     served[np.asarray(sorted(set(ports)), np.int64)] = True
-    has = (packets["src"].is_not_null() & packets["dst"].is_not_null()).to_numpy()
-    src, dst = (packets[c].to_physical().fill_null(0).cast(pl.UInt32).to_numpy() for c in ("src", "dst"))
-    src_serves, dst_serves = (served[packets[c].fill_null(0).to_numpy()] for c in ("sport", "dport"))
-    syn = ((packets["tcp_flags"].fill_null(0) & SYN_ACK) == SYN).to_numpy()
-    pair_of, lo, hi, loads, lo_serves, hi_serves, lo_syn, hi_syn = address_pairs(src, dst, has, src_serves,
-                                                                                 dst_serves, syn)
-    del src, dst, src_serves, dst_serves, has, syn
+    table = PairTable()
+    pair_of = np.empty(packets.height, np.uint32)
+    for start in range(0, packets.height, PAIR_SLICE_ROWS):
+        rows = packets.slice(start, PAIR_SLICE_ROWS)
+        table.add(*_pair_inputs(rows, served), pair_of[start:start + rows.height])
+    lo, hi, loads, lo_serves, hi_serves, lo_syn, hi_syn = table.pairs()
     by_port = lo_serves | hi_serves
     server = np.where(by_port, np.where(hi_serves & ~lo_serves, hi, lo), np.where(hi_syn & ~lo_syn, hi, lo))
     servers, server_of_pair = np.unique(server, return_inverse=True)
@@ -136,7 +137,19 @@ def partition_of_packets(packets: pl.DataFrame, count: int, ports) -> pl.Series:
     partition_of_server = np.empty(servers.shape[0], np.uint32)
     partition_of_server[order] = balanced_partitions(server_loads[order], count)
     partition_of_pair = np.append(partition_of_server[server_of_pair], np.uint32(0))  # NO_PAIR: partition 0
-    return pl.Series("partition", partition_of_pair[np.minimum(pair_of, np.uint32(lo.shape[0]))], pl.UInt32)
+    np.minimum(pair_of, np.uint32(lo.shape[0]), out=pair_of)
+    return pl.Series("partition", partition_of_pair[pair_of], pl.UInt32)
+
+
+def _pair_inputs(packets: pl.DataFrame, served: np.ndarray) -> tuple[np.ndarray, ...]:
+    """What :meth:`PairTable.add` reads of these packets: source and destination address codes,
+    whether a packet has both, whether its source and its destination port is ``served``, whether it
+    opens a TCP connection (a SYN without ACK)."""
+    has = (packets["src"].is_not_null() & packets["dst"].is_not_null()).to_numpy()
+    src, dst = (packets[c].to_physical().fill_null(0).cast(pl.UInt32).to_numpy() for c in ("src", "dst"))
+    src_serves, dst_serves = (served[packets[c].fill_null(0).to_numpy()] for c in ("sport", "dport"))
+    syn = ((packets["tcp_flags"].fill_null(0) & SYN_ACK) == SYN).to_numpy()
+    return src, dst, has, src_serves, dst_serves, syn
 
 
 def balanced_partitions(loads: np.ndarray, count: int) -> np.ndarray:

@@ -6,7 +6,9 @@ open-addressing hash table (linear probing, load at most 1/2, doubled when it fi
 pairs in first-seen order, and per pair the kernel adds up its packets, whether each of the two
 addresses used a decoder's port in them, and whether each was sent a TCP SYN (without ACK) in them.
 The caller keeps one pair number per packet (4 bytes) instead of a frame of keys, a group-by and a
-join (about 66 bytes a packet at their peak, with the allocator's retention after them).
+join (about 66 bytes a packet at their peak, with the allocator's retention after them), and adds the
+packets a slice at a time (:class:`PairTable`), so that the kernel's inputs (address codes, ports
+served, SYNs: ~12 bytes a packet) are those of a slice, not of the capture.
 """
 import numpy as np
 
@@ -38,24 +40,49 @@ def _grown(slots, pair_key):
     return grown
 
 
+class PairTable:
+    """The pairs of packets added slice by slice (:meth:`add`): what :func:`add_pairs` keeps between
+    calls, so that a capture's pairs are found without its per-packet inputs in memory at once."""
+
+    def __init__(self):
+        self.slots = np.full(_FIRST_SLOTS, NO_PAIR, np.uint32)
+        room = _FIRST_SLOTS // 2
+        self.pair_key = np.empty(room, np.uint64)
+        self.packets = np.zeros(room, np.int64)
+        self.lo_serves, self.hi_serves = np.zeros(room, np.bool_), np.zeros(room, np.bool_)
+        self.lo_syn, self.hi_syn = np.zeros(room, np.bool_), np.zeros(room, np.bool_)
+        self.count = 0
+
+    def add(self, src, dst, has_addresses, src_serves, dst_serves, syn, pair_of) -> None:
+        """Add these packets (arrays of equal length, as :func:`add_pairs` reads them), their pairs'
+        numbers written to ``pair_of`` (uint32, their length)."""
+        (self.slots, self.pair_key, self.packets, self.lo_serves, self.hi_serves, self.lo_syn, self.hi_syn,
+         self.count) = add_pairs(src, dst, has_addresses, src_serves, dst_serves, syn, pair_of, self.slots,
+                                 self.pair_key, self.packets, self.lo_serves, self.hi_serves, self.lo_syn,
+                                 self.hi_syn, self.count)
+
+    def pairs(self) -> tuple[np.ndarray, ...]:
+        """Per pair (in first-seen order): lower code, higher code, packets, whether the lower and the
+        higher address used a decoder's port in them, and whether each was sent a SYN."""
+        n = self.count
+        keys = self.pair_key[:n]
+        return ((keys >> np.uint64(32)).astype(np.uint32), (keys & np.uint64(0xFFFFFFFF)).astype(np.uint32),
+                self.packets[:n].copy(), self.lo_serves[:n].copy(), self.hi_serves[:n].copy(),
+                self.lo_syn[:n].copy(), self.hi_syn[:n].copy())
+
+
 @njit(cache=True)
-def address_pairs(src, dst, has_addresses, src_serves, dst_serves, syn):
+def add_pairs(src, dst, has_addresses, src_serves, dst_serves, syn, pair_of, slots, pair_key, packets,
+              lo_serves, hi_serves, lo_syn, hi_syn, count):
     """Per packet (arrays of equal length: address codes, whether it has both, whether its source and
-    destination port is a decoder's, whether it opens a TCP connection): its pair's number
-    (:data:`NO_PAIR` without addresses). Per pair (in first-seen order): lower code, higher code,
-    packets, whether the lower and the higher address used a decoder's port in them (an address that
-    is both ends, sent to itself, serves when either port does), and whether each was sent a SYN."""
+    destination port is a decoder's, whether it opens a TCP connection): its pair's number, written to
+    ``pair_of`` (:data:`NO_PAIR` without addresses), the table (``slots`` over ``pair_key``) and the
+    per-pair arrays (packets, whether the lower and the higher address used a decoder's port in them,
+    an address that is both ends serving when either port does, and whether each was sent a SYN) of the
+    ``count`` pairs so far updated. Returns the table, the per-pair arrays (grown when they filled) and
+    the count."""
     n = src.shape[0]
-    pair_of = np.empty(n, np.uint32)
-    slots = np.full(_FIRST_SLOTS, NO_PAIR, np.uint32)
-    room = _FIRST_SLOTS // 2
-    pair_key = np.empty(room, np.uint64)
-    packets = np.zeros(room, np.int64)
-    lo_serves = np.zeros(room, np.bool_)
-    hi_serves = np.zeros(room, np.bool_)
-    lo_syn = np.zeros(room, np.bool_)
-    hi_syn = np.zeros(room, np.bool_)
-    count = 0
+    room = pair_key.shape[0]
     for i in range(n):
         if not has_addresses[i]:
             pair_of[i] = NO_PAIR
@@ -102,10 +129,7 @@ def address_pairs(src, dst, has_addresses, src_serves, dst_serves, syn):
             lo_serves[pair] |= dst_serves[i]
             hi_serves[pair] |= src_serves[i]
             lo_syn[pair] |= syn[i]
-    keys = pair_key[:count]
-    return (pair_of, (keys >> np.uint64(32)).astype(np.uint32), (keys & np.uint64(0xFFFFFFFF)).astype(np.uint32),
-            packets[:count].copy(), lo_serves[:count].copy(), hi_serves[:count].copy(), lo_syn[:count].copy(),
-            hi_syn[:count].copy())
+    return slots, pair_key, packets, lo_serves, hi_serves, lo_syn, hi_syn, count
 
 
 @njit(cache=True)
