@@ -71,23 +71,29 @@ def protocols(packets: pl.DataFrame) -> dict[str, dict[str, int]]:
     known = services()
     ports = pl.DataFrame({"port": list(known), "service": list(known.values())},
                          schema={"port": pl.UInt16, "service": pl.String})
-    ip = packets.filter(pl.col("ip_proto").is_not_null())
     lower_known = (
         pl.when(pl.col("sport").is_in(ports["port"].implode()) & pl.col("dport").is_in(ports["port"].implode()))
         .then(pl.min_horizontal("sport", "dport"))
         .when(pl.col("sport").is_in(ports["port"].implode())).then(pl.col("sport"))
         .otherwise(pl.col("dport"))
     )
+    # counted per (protocol, port) first, the names given to those few rows: naming every packet held
+    # two text columns of every one (~0.8 GB at 10M packets, the peak of info in partitions)
+    by_port = (
+        packets.lazy().filter(pl.col("ip_proto").is_not_null())
+        .select(pl.col("ip_proto"), lower_known.alias("port"))
+        .group_by("ip_proto", "port").len()
+        .collect()
+    )
     counted = (
-        ip.select(pl.col("ip_proto"), lower_known.alias("port"))
-        .join(ports, on="port", how="left")
+        by_port.join(ports, on="port", how="left")
         .with_columns(
             pl.col("ip_proto").replace_strict(TRANSPORTS, default=None, return_dtype=pl.String)
             .fill_null(pl.format("ip-proto-{}", pl.col("ip_proto"))).alias("transport"),
             pl.col("service").fill_null("other"),
         )
-        .group_by("transport", "service").len()
-        .sort("transport", "len", descending=[False, True])
+        .group_by("transport", "service").agg(pl.col("len").cast(pl.Int64).sum())
+        .sort("transport", "len", "service", descending=[False, True, False])  # equal counts by name
     )
     out: dict[str, dict[str, int]] = {}
     for transport, service, n in counted.iter_rows():
@@ -95,7 +101,7 @@ def protocols(packets: pl.DataFrame) -> dict[str, dict[str, int]]:
             service = "all"
         out.setdefault(transport, {})
         out[transport][service] = out[transport].get(service, 0) + n
-    non_ip = packets.height - ip.height
+    non_ip = packets.height - int(by_port["len"].sum())
     if non_ip:
         out["non-ip"] = {"all": non_ip}
     return out
@@ -115,6 +121,11 @@ SUMMARY_PACKET_COLUMNS = ("ts_ns", "iface", "caplen", "wirelen", "ip_proto", "sp
 # what a summary of a capture decoded in partitions reads of its packets at all: the columns above and
 # those the partitioning and the joining of a ring buffer's pieces read (summarize_in_partitions)
 PARTITIONED_PACKET_COLUMNS = caller_packet_columns(*SUMMARY_PACKET_COLUMNS)
+# what a partition's task keeps of its packets once what reads the others is built (analyzer.packet_readers):
+# what damaged_rows reads (the ports and EtherType its frames' traffic is told by) and the addresses'
+# Enum (the merge's); of TCP analysis's segments, what segment_counts reads and the merge keys rows by
+TASK_PACKET_COLUMNS = ("frame", "ts_ns", "src", "sport", "dport", "ethertype")
+TASK_FRAME_COLUMNS = {"tcp_segments": ("conn", "frame", "analysis")}
 
 
 def counted_parts(cap: Capture, whole_times=None) -> dict[str, pl.DataFrame]:
@@ -176,6 +187,21 @@ _DAMAGE_SCHEMA = {"frame": pl.String, "status": pl.String, "rows": pl.Int64, "fr
                   "status_order": pl.Int64}
 
 
+def _carried() -> dict[str, pl.Expr]:
+    """frame -> which packets carry its traffic (EtherType 0x8808, a protocol's ports)."""
+    carried = {"pause_frames": pl.col("ethertype") == ETH_MAC_CONTROL}
+    for proto in registry.protocols():
+        if proto.ports:
+            on_ports = pl.col("sport").is_in(list(proto.ports)) | pl.col("dport").is_in(list(proto.ports))
+            carried.update({f: on_ports for f in proto.frames})
+    return carried
+
+
+def damage_frames() -> tuple[str, ...]:
+    """The frames :func:`damaged_rows` may build (those with a damage status)."""
+    return tuple(name for name in _carried() if _damage_status(name))
+
+
 def damaged_rows(cap: Capture) -> pl.DataFrame:
     """(frame, status, rows, frame_order, status_order): the damaged messages the decoders kept as rows
     with a ``status`` other than "ok" (rocev2_packets: truncated, bad_length; pause_frames: truncated)
@@ -184,11 +210,7 @@ def damaged_rows(cap: Capture) -> pl.DataFrame:
     Only frames whose schema has such a status are built, and only when the capture carries their
     traffic (a protocol's ports, EtherType 0x8808): a DNS capture decodes nothing more here."""
     p = cap.packets
-    carried = {"pause_frames": pl.col("ethertype") == ETH_MAC_CONTROL}
-    for proto in registry.protocols():
-        if proto.ports:
-            on_ports = pl.col("sport").is_in(list(proto.ports)) | pl.col("dport").is_in(list(proto.ports))
-            carried.update({f: on_ports for f in proto.frames})
+    carried = _carried()
     rows = [pl.DataFrame(schema=_DAMAGE_SCHEMA)]
     for k, (name, carries) in enumerate(carried.items()):
         if not _damage_status(name) or p.height == 0 or p.filter(carries).height == 0:
@@ -280,5 +302,6 @@ def summarize_in_partitions(cap: Capture, partitions: int) -> dict:
     from .distributed import decode_into  # lazy: the partitions' tasks, only for a partitioned summary
 
     counted = decode_into(None, cap, ["connections"], then=counted_parts, packet_columns=SUMMARY_PACKET_COLUMNS,
-                          partitions=partitions)
+                          partitions=partitions, task_frames=damage_frames(),
+                          task_packet_columns=TASK_PACKET_COLUMNS, frame_columns=TASK_FRAME_COLUMNS)
     return summarize(cap, counted)
