@@ -479,9 +479,11 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code instead of exiting when called from Python."""
     args = sys.argv[1:] if argv is None else list(argv)
     if argv is None:  # a process of its own (not a caller's): give freed arrays back (analyzer/memory.py)
-        from .memory import return_freed_memory_promptly  # lazy: ctypes.util adds ~19 ms to start-up (--help)
+        # lazy: ctypes.util adds ~19 ms to start-up (--help)
+        from .memory import configure_polars_allocator, return_freed_memory_promptly
 
         return_freed_memory_promptly()
+        configure_polars_allocator()
     try:
         from .progress import stages  # lazy: light, but imports rich on a terminal (not for --help)
 

@@ -101,3 +101,38 @@ def test_a_detector_sees_only_the_packet_columns_it_may_read():
         assert view.packets.columns == list(PACKET_COLUMNS)
         assert view.frame("packets").columns == list(PACKET_COLUMNS)
         assert "tcp_flags" in cap.packets.columns  # the capture itself is untouched
+
+
+# A herdscope process: Polars' jemalloc gets analyzer.memory's settings before Polars is loaded, and takes
+# them (jemalloc says "Invalid conf pair" on standard error for one it does not know); a setting already
+# in the environment is kept; once Polars is loaded it is too late and nothing is set.
+_ALLOCATOR = """
+import os, sys
+from analyzer.memory import POLARS_ALLOCATOR_ENV, configure_polars_allocator
+first = configure_polars_allocator()
+conf = os.environ.get(POLARS_ALLOCATOR_ENV)
+import polars as pl  # which puts its own defaults first (later pairs win in jemalloc)
+assert pl.DataFrame({"a": list(range(100000))}).select(pl.col("a").sum()).item() == 4999950000
+assert os.environ.get(POLARS_ALLOCATOR_ENV).endswith(conf)
+print(first, conf, configure_polars_allocator())
+"""
+
+
+@pytest.mark.parametrize("given", [None, "narenas:3"])
+def test_polars_allocator_is_configured_before_polars_loads(given):
+    import os
+    import subprocess
+    import sys
+
+    from analyzer.memory import POLARS_ALLOCATOR_ENV, polars_allocator_conf
+
+    env = {k: v for k, v in os.environ.items() if k != POLARS_ALLOCATOR_ENV}
+    if given:
+        env[POLARS_ALLOCATOR_ENV] = given
+    proc = subprocess.run([sys.executable, "-c", _ALLOCATOR], capture_output=True, text=True, env=env, timeout=120,
+                          cwd=Path(__file__).parent.parent)
+    assert proc.returncode == 0 and "jemalloc" not in proc.stderr, proc.stderr
+    first, conf, again = proc.stdout.split()
+    assert (first, again) == ("True", "False")
+    assert conf == (given or polars_allocator_conf())
+    assert "narenas:" in polars_allocator_conf(4) and "background_thread:true" in polars_allocator_conf()
