@@ -479,8 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code instead of exiting when called from Python."""
     args = sys.argv[1:] if argv is None else list(argv)
     if argv is None:  # a process of its own (not a caller's): give freed arrays back (analyzer/memory.py)
-        # lazy: ctypes.util adds ~19 ms to start-up (--help)
-        from .memory import configure_polars_allocator, return_freed_memory_promptly
+        from .memory import configure_polars_allocator, return_freed_memory_promptly  # lazy: ctypes.util, ~19 ms
 
         return_freed_memory_promptly()
         configure_polars_allocator()

@@ -16,8 +16,8 @@ A scan frees the packets' addresses before its detectors run (issue 13, ``Captur
 4 measured on a 1-million-packet synthetic capture, the only per-packet cost of incidents; a scan in
 partitions, whose caller keeps no column of every packet, reads the evidence frames' addresses again
 from the files instead, ``analyzer.partitions.packets_reader``) and, when the DNS transactions are
-among the frames built anyway, the offsets of one early and one late answered UDP A/AAAA response per name (one small row per DNS
-name), whose answers :mod:`detectors.incidents_dns` reads on demand.
+among the frames built anyway, the offsets of one early and one late answered UDP A/AAAA response
+per name (one small row per DNS name), whose answers :mod:`detectors.incidents_dns` reads on demand.
 """
 from __future__ import annotations
 
