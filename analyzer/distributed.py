@@ -38,7 +38,7 @@ import polars as pl
 from .capture import ReadPart, open_captures
 from .errors import ClusterFailure
 from .kernels.silences import KEEP_EVERY_TIME
-from .memory import POLARS_ALLOCATOR_ENV, polars_allocator_conf
+from .memory import POLARS_ALLOCATOR_ENV, worker_allocator_conf
 from .packet_readers import build_packet_readers, narrow_after_readers
 from .partitions import (FrameSet, client_buckets, connection_maps, decode_partition, merge_frames, partition_ids,
                          read_part)
@@ -55,10 +55,14 @@ PARTITIONS_PER_THREAD = 2
 # spilled frames from 1.27 to 0.33 GB for 0.4 s more writing (the scan 29.8 s against 30.3-33.1 s, the
 # same peak); at 100M the uncompressed ones did not fit the 12 GB left beside the 63 GB capture
 SPILL_COMPRESSION = "lz4"
-# what a local worker's own thread pools are held to: one Dask thread, one core; and Polars' allocator
-# set as a command's (analyzer.memory: one arena, for one core), unless the environment sets it
-WORKER_ENV = {"POLARS_MAX_THREADS": "1", "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
-              POLARS_ALLOCATOR_ENV: os.environ.get(POLARS_ALLOCATOR_ENV) or polars_allocator_conf(1)}
+# what a local worker's own thread pools are held to: one Dask thread, one core (and Polars' allocator
+# set as a command's for one core: worker_env)
+WORKER_ENV = {"POLARS_MAX_THREADS": "1", "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+
+
+def worker_env() -> dict[str, str]:
+    """:data:`WORKER_ENV` and Polars' allocator settings for a worker (``analyzer.memory.worker_allocator_conf``)."""
+    return {**WORKER_ENV, POLARS_ALLOCATOR_ENV: worker_allocator_conf()}
 
 
 def _dask():
@@ -86,7 +90,7 @@ def cluster(workers: int | None = None, scheduler: str | None = None):
     # worker's RSS counts the capture's mapped pages (page cache, shared, reclaimable): the 10M synth
     # capture's 8 pieces, mapped twice while they are joined, took a worker past it
     local = distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, memory_limit=0,
-                                     dashboard_address=None, silence_logs=logging.ERROR, env=WORKER_ENV)
+                                     dashboard_address=None, silence_logs=logging.ERROR, env=worker_env())
     with local, distributed.Client(local) as client:
         yield client
 

@@ -2,7 +2,7 @@
 
 Every kernel is ``@njit(cache=True)`` and imports ``njit`` from here. A run with a warm cache
 compiles nothing, yet Numba (0.68) does compiler work on every kernel it loads from the cache.
-Two steps of it are replaced here (issue 13: a process's fixed cost and the 1M scan's time):
+Three steps of it are replaced here (issue 13: a process's fixed cost and the 1M scan's time):
 
 - **The target's refresh.** ``Cache.load_overload`` calls ``target_context.refresh()`` first, which
   imports and registers every implementation Numba has (its ``cpython``, ``np``, ``typed``,
@@ -25,16 +25,17 @@ Two steps of it are replaced here (issue 13: a process's fixed cost and the 1M s
   (:func:`elf_defined_symbols`) and keeps the bitcode unparsed until a compilation links the
   library into new code (:func:`_module_for_linking`), which a run with a warm cache never does.
 
-The refresh is skipped for herdscope's own kernels only (functions decorated by :func:`njit` here):
+The refresh and the environments' imports are skipped for herdscope's own kernels only (functions
+decorated by :func:`njit` here, in one step: ``INSTALLED["refresh"]``):
 other cached Numba code in the same process (a ``@vectorize(cache=True)`` ufunc, whose loop wrapper
 is built after the load from the tables the refresh installs) loads the way Numba loads it. A kernel
 that is not in the cache (a new signature, a changed source) compiles through ``CompilerBase``, which
 refreshes both contexts itself; linking a loaded library into it parses its bitcode then.
 
-Both steps depend on Numba's private classes, so they are installed only on the Numba versions they
+All three depend on Numba's private classes, so they are installed only on the Numba versions they
 were checked on (:data:`CHECKED_NUMBA`, and only where those classes look as expected), and a
 library whose object code is not 64-bit little-endian ELF (not Linux) or defines no symbol loads the
-way Numba loads it. ``HERDSCOPE_NUMBA_LOAD=plain`` in the environment leaves both to Numba (to
+way Numba loads it. ``HERDSCOPE_NUMBA_LOAD=plain`` in the environment leaves them to Numba (to
 compare, or to rule these out).
 """
 from __future__ import annotations

@@ -59,17 +59,39 @@ def return_freed_memory_promptly() -> bool:
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) & bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
 
 
+_users_conf: str | None = None  # the user's own setting, as configure_polars_allocator found it
+
+
+def _cpus() -> int:
+    """The CPUs this process may run on (its affinity, which a container's cpuset limits)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def polars_allocator_conf(cpus: int | None = None) -> str:
-    """The jemalloc settings this process gives Polars (module doc): one arena per CPU, freed pages given
-    back after :data:`DIRTY_DECAY_MS` by the background thread, none kept half-returned."""
-    arenas = max(1, cpus or os.cpu_count() or 1)
+    """The jemalloc settings this process gives Polars (module doc): one arena per CPU (``cpus``, by
+    default this process's), freed pages given back after :data:`DIRTY_DECAY_MS` by the background
+    thread, none kept half-returned."""
+    arenas = max(1, cpus or _cpus())
     return f"narenas:{arenas},background_thread:true,dirty_decay_ms:{DIRTY_DECAY_MS},muzzy_decay_ms:0"
 
 
 def configure_polars_allocator() -> bool:
     """Give Polars' jemalloc :func:`polars_allocator_conf` (before Polars is loaded; a setting in the
     environment already is kept). False when Polars was loaded already: jemalloc has read its settings."""
+    global _users_conf
     if "polars" in sys.modules:
         return False
+    _users_conf = os.environ.get(POLARS_ALLOCATOR_ENV)
     os.environ.setdefault(POLARS_ALLOCATOR_ENV, polars_allocator_conf())
     return True
+
+
+def worker_allocator_conf() -> str:
+    """What a Dask worker of one thread gives Polars' jemalloc: the user's own setting when
+    :func:`configure_polars_allocator` found one, else :func:`polars_allocator_conf` for one CPU. (Read
+    from the environment after Polars is loaded it would be Polars' rewriting of it: Polars puts its own
+    settings first in the variable.)"""
+    return _users_conf or polars_allocator_conf(1)

@@ -197,9 +197,14 @@ def _carried() -> dict[str, pl.Expr]:
     return carried
 
 
-def damage_frames() -> tuple[str, ...]:
-    """The frames :func:`damaged_rows` may build (those with a damage status)."""
-    return tuple(name for name in _carried() if _damage_status(name))
+def damage_frames(packets: pl.DataFrame) -> tuple[str, ...]:
+    """The frames :func:`damaged_rows` builds for these packets: those with a damage status whose
+    traffic they carry (one pass over the packets)."""
+    carried = {name: expr for name, expr in _carried().items() if _damage_status(name)}
+    if not carried or packets.height == 0:
+        return ()
+    found = packets.select(expr.any().alias(name) for name, expr in carried.items()).row(0, named=True)
+    return tuple(name for name, present in found.items() if present)
 
 
 def damaged_rows(cap: Capture) -> pl.DataFrame:
@@ -302,6 +307,6 @@ def summarize_in_partitions(cap: Capture, partitions: int) -> dict:
     from .distributed import decode_into  # lazy: the partitions' tasks, only for a partitioned summary
 
     counted = decode_into(None, cap, ["connections"], then=counted_parts, packet_columns=SUMMARY_PACKET_COLUMNS,
-                          partitions=partitions, task_frames=damage_frames(),
+                          partitions=partitions, task_frames=damage_frames(cap.packets),
                           task_packet_columns=TASK_PACKET_COLUMNS, frame_columns=TASK_FRAME_COLUMNS)
     return summarize(cap, counted)

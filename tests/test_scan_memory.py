@@ -114,7 +114,8 @@ conf = os.environ.get(POLARS_ALLOCATOR_ENV)
 import polars as pl  # which puts its own defaults first (later pairs win in jemalloc)
 assert pl.DataFrame({"a": list(range(100000))}).select(pl.col("a").sum()).item() == 4999950000
 assert os.environ.get(POLARS_ALLOCATOR_ENV).endswith(conf)
-print(first, conf, configure_polars_allocator())
+from analyzer.distributed import worker_env
+print(first, conf, configure_polars_allocator(), worker_env()[POLARS_ALLOCATOR_ENV])
 """
 
 
@@ -132,7 +133,8 @@ def test_polars_allocator_is_configured_before_polars_loads(given):
     proc = subprocess.run([sys.executable, "-c", _ALLOCATOR], capture_output=True, text=True, env=env, timeout=120,
                           cwd=Path(__file__).parent.parent)
     assert proc.returncode == 0 and "jemalloc" not in proc.stderr, proc.stderr
-    first, conf, again = proc.stdout.split()
+    first, conf, again, worker = proc.stdout.split()
     assert (first, again) == ("True", "False")
     assert conf == (given or polars_allocator_conf())
+    assert worker == (given or polars_allocator_conf(1))  # a Dask worker's: one thread, one arena
     assert "narenas:" in polars_allocator_conf(4) and "background_thread:true" in polars_allocator_conf()
