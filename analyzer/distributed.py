@@ -40,8 +40,8 @@ from .errors import ClusterFailure
 from .kernels.silences import KEEP_EVERY_TIME
 from .memory import POLARS_ALLOCATOR_ENV, worker_allocator_conf
 from .packet_readers import build_packet_readers, narrow_after_readers
-from .partitions import (FrameSet, client_buckets, connection_maps, decode_partition, merge_frames, partition_ids,
-                         read_part)
+from .partitions import (MERGE_KEY_COLUMNS, TASK_KEPT_PACKET_COLUMNS, FrameSet, client_buckets, connection_maps,
+                         decode_partition, merge_frames, partition_ids, read_part)
 
 INSTALL_HINT = "pip install 'herdscope[distributed]' (Dask's distributed scheduler)"
 # partitions per worker thread: a capture's servers are far from equal (on the 1M synth capture one
@@ -143,16 +143,19 @@ def decode_partition_task(part: ReadPart, ids, names: list[str], count: int, spi
     returned: on one machine that is several times faster than sending them through the cluster's
     sockets (171 MB of frames of 1M packets: ~3.5 s, against ~0.3 s). ``task_packet_columns``: what
     the task reads of the partition's packets once what reads the others is built for ``names``,
-    ``client_frames`` and ``task_frames`` (``then``'s frames; ``analyzer.packet_readers``): the rest
-    is freed before the decoders run (None: nothing is); ``frame_columns``: frame -> the columns of it
-    anything reads once what is built from it is: the packet readers' frames (``tcp_segments``) are
-    narrowed to them then too (a frame not named is kept whole)."""
+    ``client_frames`` and ``task_frames`` (``then``'s frames; ``analyzer.packet_readers``), besides
+    what the task itself keeps (``partitions.TASK_KEPT_PACKET_COLUMNS``): the rest is freed before the
+    decoders run (None: nothing is); ``frame_columns``: frame -> the columns of it anything reads once
+    what is built from it is, besides the merge's keys (``partitions.MERGE_KEY_COLUMNS``): the packet
+    readers' frames (``tcp_segments``) are narrowed to them then too (a frame not named is kept whole)."""
     cap = open_captures([p for p, _, _ in part.pieces], part=dataclasses.replace(part, ids=ids))
     try:
         if task_packet_columns is not None:
             # connections too: decode_partition hands over its conn map whatever the frames asked
             build_packet_readers(cap, (*names, *client_frames, *task_frames, "connections"))
-            narrow_after_readers(cap, task_packet_columns, frame_columns or {})
+            narrow_after_readers(cap, tuple(dict.fromkeys((*TASK_KEPT_PACKET_COLUMNS, *task_packet_columns))),
+                                 {name: tuple(dict.fromkeys((*MERGE_KEY_COLUMNS, *columns)))
+                                  for name, columns in (frame_columns or {}).items()})
         frames = decode_partition(cap, names)
         bucketed = decode_partition(cap, client_frames) if client_frames else None
         extra = then(cap, cap.whole_times) if then is not None else {}

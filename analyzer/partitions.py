@@ -102,6 +102,12 @@ _CONN_MAP = "_conn_first_frame"  # what a partition hands over besides its frame
 _ADDRESSES = "_address_dtype"  # and the capture's address Enum (an empty column of it): what codes are
 
 
+# what a partition's task keeps of its packets and frames whatever its caller reads of them: the frame
+# numbers and times, the addresses' Enum (decode_partition hands it over), and of every frame the keys
+# the merge renumbers and orders rows by (analyzer.distributed.decode_partition_task)
+TASK_KEPT_PACKET_COLUMNS = ("frame", "ts_ns", "src")
+MERGE_KEY_COLUMNS = ("conn", "frame")
+
 # what partition_ids reads of the packets frame
 PARTITION_COLUMNS = ("frame", "src", "dst", "sport", "dport", "tcp_flags")
 SYN, SYN_ACK = 0x02, 0x12  # tcp_flags: a SYN without ACK opens a connection to its destination

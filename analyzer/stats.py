@@ -48,11 +48,11 @@ ZONE_QTYPES = ("SOA", "AXFR", "IXFR")
 # what stats of a capture decoded in partitions reads of its packets: the selection's, the partitioning's
 # and the joining of pieces' columns (decode_in_partitions)
 PARTITIONED_PACKET_COLUMNS = caller_packet_columns(*SELECTION_COLUMNS)
-# what a partition's task keeps of its packets once what reads the others is built (the packet
-# readers, analyzer.packet_readers: the decoders read none of them; the merge reads the addresses'
-# Enum), and of TCP analysis's segments (nothing here reads them: the merge keys rows by these)
-TASK_PACKET_COLUMNS = ("frame", "ts_ns", "src")
-TASK_FRAME_COLUMNS = {"tcp_segments": ("conn", "frame")}
+# what a partition's task reads of its packets once what reads the others is built (the packet readers,
+# analyzer.packet_readers; the decoders read none of them), and of TCP analysis's segments: nothing
+# beyond what the task and its merge keep (analyzer.partitions.TASK_KEPT_PACKET_COLUMNS, MERGE_KEY_COLUMNS)
+TASK_PACKET_COLUMNS: tuple[str, ...] = ()
+TASK_FRAME_COLUMNS: dict[str, tuple[str, ...]] = {"tcp_segments": ()}
 SMB2_TRANSACTIONS, SMB2_BREAKS = "smb2_transactions", "smb2_breaks"  # what _smb2_extra_rows reads
 _SCHEMA = {c: pl.String for c in KEY_COLUMNS} | {c: pl.UInt32 for c in ("count", "answered", "unanswered", "errors")} \
     | {c: pl.Int64 for c in LATENCY_COLUMNS} | {"mean": pl.Float64}

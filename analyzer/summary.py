@@ -121,11 +121,11 @@ SUMMARY_PACKET_COLUMNS = ("ts_ns", "iface", "caplen", "wirelen", "ip_proto", "sp
 # what a summary of a capture decoded in partitions reads of its packets at all: the columns above and
 # those the partitioning and the joining of a ring buffer's pieces read (summarize_in_partitions)
 PARTITIONED_PACKET_COLUMNS = caller_packet_columns(*SUMMARY_PACKET_COLUMNS)
-# what a partition's task keeps of its packets once what reads the others is built (analyzer.packet_readers):
-# what damaged_rows reads (the ports and EtherType its frames' traffic is told by) and the addresses'
-# Enum (the merge's); of TCP analysis's segments, what segment_counts reads and the merge keys rows by
-TASK_PACKET_COLUMNS = ("frame", "ts_ns", "src", "sport", "dport", "ethertype")
-TASK_FRAME_COLUMNS = {"tcp_segments": ("conn", "frame", "analysis")}
+# what a partition's task reads of its packets once what reads the others is built (analyzer.packet_readers):
+# what damaged_rows reads (the ports and EtherType its frames' traffic is told by); of TCP analysis's
+# segments, what segment_counts reads (beyond what the task and its merge keep: analyzer.partitions)
+TASK_PACKET_COLUMNS = ("sport", "dport", "ethertype")
+TASK_FRAME_COLUMNS = {"tcp_segments": ("analysis",)}
 
 
 def counted_parts(cap: Capture, whole_times=None) -> dict[str, pl.DataFrame]:

@@ -47,9 +47,9 @@ PARTITIONED_PACKET_COLUMNS = PACKET_COLUMNS
 # of a packet's ~90 bytes is never held by the caller)
 CALLER_PACKET_COLUMNS = caller_packet_columns(*KEPT_PACKET_COLUMNS, *SELECTION_COLUMNS)
 # what a partition's task reads of its packets once what reads the others is built: the detectors'
-# columns (detect_partition puts the whole capture's in their place) and the addresses' Enum
-# (analyzer.partitions.decode_partition)
-TASK_PACKET_COLUMNS = tuple(dict.fromkeys(PACKET_COLUMNS + ("src",)))
+# columns (detect_partition puts the whole capture's in their place; the task keeps the addresses' Enum
+# itself, analyzer.partitions.TASK_KEPT_PACKET_COLUMNS)
+TASK_PACKET_COLUMNS = PACKET_COLUMNS
 
 
 def scan(files, cfg: ScanConfig, selection, *, fmt: str, output: str | None, separate: bool, quiet: bool,
@@ -155,11 +155,11 @@ def decode_on_cluster(client, cap, cfg: ScanConfig, *, local: bool, partitions: 
 
 def _read_columns(names: list[str]) -> dict[str, tuple[str, ...]]:
     """frame -> the columns of it a scan of detectors ``names`` reads, wherever they run (on the
-    partitions, the client buckets or here), where all its readers declare theirs (COLUMNS, base.py),
-    and the ``conn`` and ``frame`` the partitions' and buckets' merges key and order rows by."""
+    partitions, the client buckets or here), where all its readers declare theirs (COLUMNS, base.py);
+    a partition's task keeps the merges' keys besides (analyzer.partitions.MERGE_KEY_COLUMNS)."""
     modules = [available()[n] for n in names] + [population]
-    return {frame: tuple(sorted(wanted | {"conn", "frame"}))
-            for frame, wanted in declared_columns_of(modules, required_frames(names)).items()}
+    declared = declared_columns_of(modules, required_frames(names))
+    return {frame: tuple(sorted(wanted)) for frame, wanted in declared.items()}
 
 
 def run_detectors(cap, cfg: ScanConfig, *, release: bool, found_elsewhere=None) -> pl.DataFrame:
