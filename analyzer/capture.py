@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 
 from . import progress
-from .ingest import DEFAULT_CHUNK_RECORDS, PacketTables, ReadReport, read_tables
+from .ingest import DEFAULT_CHUNK_RECORDS, ChunkReduction, PacketTables, ReadReport, read_tables
 from .joined_map import join
 from .kernels.silences import KEEP_EVERY_TIME, thinned_times
 from .source import CaptureBytes
@@ -47,11 +47,11 @@ class Capture:
 
     def __init__(self, path: str | os.PathLike, *, chunk_records: int = DEFAULT_CHUNK_RECORDS,
                  progress: bool | None = None, kept=None, packet_columns: tuple[str, ...] | None = None,
-                 silence_ns: int | None = KEEP_EVERY_TIME, _parts=None):
+                 silence_ns: int | None = KEEP_EVERY_TIME, reduce: ChunkReduction | None = None, _parts=None):
         self.path = os.fspath(path)
         if _parts is None:
             data, tables = read_tables(self.path, chunk_records=chunk_records, progress=progress, kept=kept,
-                                       packet_columns=packet_columns, silence_ns=silence_ns)
+                                       packet_columns=packet_columns, silence_ns=silence_ns, reduce=reduce)
         else:
             data, tables = _parts
         self._data: CaptureBytes = data
@@ -66,14 +66,20 @@ class Capture:
         # read with only these packet columns (read_tables(columns=)): nothing can be built either
         self.columns: tuple[str, ...] | None = tuple(self._frames["packets"].columns) if packet_columns else None
         self._freed: set[str] = set()  # frames built, then freed by release() / drop()
-        self._packet_count: int | None = None  # packets' rows before thin_packets() (None: not thinned)
+        self._packet_count: int | None = tables.rows  # packets' rows before thin_packets() or a reduced
+        # reading (None: neither)
+        # what kept what it kept of each chunk of packets as they were read (read_tables(reduce=)); nothing
+        # can be built of such a capture: its packets are what the reduction made of them
+        self.reduction: ChunkReduction | None = reduce
+        if reduce is not None:
+            self._released = True
         self.reports: list[tuple[str, ReadReport]] = [(self.path, tables.report)]
         self.files: list[str] = [self.path]
         # what a reader of the results should know about how the files were joined (open_captures)
         self.warnings: list[str] = []
         self.selection: dict | None = None  # what --start/--end/--host/--port kept (analyzer/selection.py)
         # (file, frames before it in this capture's numbering, its frame count), in numbering order
-        self.pieces: list[tuple[str, int, int]] = [(self.path, 0, tables.packets.height)]
+        self.pieces: list[tuple[str, int, int]] = [(self.path, 0, self.packet_count)]
         # read in part (ReadPart): (frame, ts_ns) of the selected packets of the whole capture, every
         # one, or as many as its span and silences of ReadPart.silence_ns need (analyzer.kernels.silences)
         self.whole_times: pl.DataFrame | None = tables.times
@@ -98,6 +104,11 @@ class Capture:
         """How many packets the capture holds (after a selection, the selected ones): the rows of
         ``packets``, or as many as it had before :meth:`thin_packets`."""
         return self.packets.height if self._packet_count is None else self._packet_count
+
+    @property
+    def address_dtype(self) -> pl.DataType:
+        """The Enum the capture's addresses are in (``src`` and ``dst`` of ``packets``, when it has them)."""
+        return self._tables.address_dtype if "src" not in self.packets.columns else self.packets.schema["src"]
 
     @property
     def report(self) -> ReadReport:
@@ -422,6 +433,9 @@ def open_captures(paths: list[str | os.PathLike], *, part: ReadPart | None = Non
     if part is not None:
         return _open_part(part, **options)
     paths, warnings = _distinct_files(paths)
+    if options.get("reduce") is not None and len(paths) > 1:
+        raise ValueError("a reduced reading (read_tables(reduce=)) is of one file: the joining of several "
+                         "compares and renumbers their whole packets")
     if options.get("packet_columns") is not None and len(paths) > 1:  # what _drop_copies compares of the pieces
         options = {**options, "packet_columns": tuple(dict.fromkeys((*options["packet_columns"], *COPY_COLUMNS)))}
     caps: list[Capture] = []
@@ -474,7 +488,7 @@ def _joined(caps: list[Capture], frame_bases: list[int] | None, warnings: list[s
         for key, n in c.report.parse_status.items():
             report.parse_status[key] = report.parse_status.get(key, 0) + n
     tables = PacketTables(packets, pl.concat(sacks), icmps, pl.concat(ifaces), report, first.file_format,
-                          first.section_info)
+                          first.section_info, address_dtype=packets.schema["src"])
     data = CaptureBytes("+".join(c.path for c in caps), buf, False, sum(c._data.file_size for c in caps),
                         mapped=joined is not None)
     merged = Capture(data.path, _parts=(data, tables))

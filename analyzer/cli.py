@@ -108,7 +108,7 @@ def partitions_option(what_is_the_same: str, where: str = ""):
 @partitions_option("the summary is")
 def info(files: tuple[str, ...], fmt: str, partitions: int | None) -> int:
     from .render import print_summary  # lazy: loads rich, and the summary Polars (not for --help)
-    from .summary import PARTITIONED_PACKET_COLUMNS, summarize_in_partitions  # lazy: loads Polars
+    from .summary import PARTITIONED_PACKET_COLUMNS, chunked_reading, summarize_in_partitions  # lazy: loads Polars
 
     refuse_rereading(files, partitions)
 
@@ -119,7 +119,8 @@ def info(files: tuple[str, ...], fmt: str, partitions: int | None) -> int:
         else:
             print_summary(summary)
 
-    return each_capture(files, show, partitions=partitions, packet_columns=PARTITIONED_PACKET_COLUMNS)
+    return each_capture(files, show, partitions=partitions, packet_columns=PARTITIONED_PACKET_COLUMNS,
+                        chunked=chunked_reading)
 
 
 @cli.command(help=f"Write the frames of a capture as Parquet files, one per frame, plus "
@@ -233,8 +234,8 @@ def parse_selection(start, end, hosts, ports):
 def stats(files: tuple[str, ...], fmt: str, by: str | None, start, end, hosts, ports, partitions) -> int:
     from .selection import apply as select  # lazy: loads Polars (not for --help)
     from .stats import (  # lazy: loads the decoders and Polars (not for --help)
-        PARTITIONED_PACKET_COLUMNS, csv_text, decode_in_partitions, no_transactions_message, records, render_table,
-        service_response_times)
+        PARTITIONED_PACKET_COLUMNS, chunked_reading, csv_text, decode_in_partitions, no_transactions_message, records,
+        render_table, service_response_times)
 
     header = [True]
     selection = parse_selection(start, end, hosts, ports)
@@ -258,7 +259,9 @@ def stats(files: tuple[str, ...], fmt: str, by: str | None, start, end, hosts, p
         elif table.height:
             render_table(table, f"Service response times{' by ' + by if by else ''}: {path}")
 
-    return each_capture(files, show, partitions=partitions, packet_columns=PARTITIONED_PACKET_COLUMNS)
+    # a selection is applied to the packets read whole; otherwise each chunk is kept only as partitions
+    return each_capture(files, show, partitions=partitions, packet_columns=PARTITIONED_PACKET_COLUMNS,
+                        chunked=chunked_reading if selection is None else None)
 
 
 # detectors.base.SEVERITIES, written out so that --help loads no detector (tests/test_layers.py checks both agree)

@@ -39,14 +39,15 @@ def open_captures(paths: list[str], **options):
     return cap
 
 
-def each_capture(files, per_capture, *, partitions: int | None = 1, packet_columns: tuple[str, ...] | None = None
-                 ) -> int:
+def each_capture(files, per_capture, *, partitions: int | None = 1, packet_columns: tuple[str, ...] | None = None,
+                 chunked=None) -> int:
     """Open each file and call ``per_capture(path, cap, count)``; unreadable files are reported, not
     fatal. ``count``: the partitions to decode the file in, ``partitions`` (``--partitions``; 1 by
     default: at once), or with None as many as its estimated size asks
     (``analyzer.record_estimate.partitions_for``); a file of more than one is opened reading only
     ``packet_columns`` of its packets (what the command reads of them, and the partitioning; None:
-    all of them)."""
+    all of them), and with ``chunked`` (a function making an ``analyzer.ingest.ChunkReduction``) keeping
+    of each chunk of them only what that reduction makes of it."""
     from .record_estimate import partitions_for  # lazy: light, but not for --help
 
     code = ExitCode.OK
@@ -54,6 +55,8 @@ def each_capture(files, per_capture, *, partitions: int | None = 1, packet_colum
         try:
             count = partitions_for([path], partitions)
             narrow = {"packet_columns": packet_columns} if count > 1 and packet_columns is not None else {}
+            if narrow and chunked is not None:
+                narrow["reduce"] = chunked()
             with open_captures([path], **narrow) as cap:
                 per_capture(path, cap, count)
         except UnreadableCapture as exc:

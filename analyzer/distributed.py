@@ -224,6 +224,12 @@ def _bucket(result, j: int):
     return result[2][j]
 
 
+def partition_count(client, partitions: int | None) -> int:
+    """How many partitions :func:`decode_frames` decodes in on ``client``: ``partitions``, or by default
+    :data:`PARTITIONS_PER_THREAD` per worker thread."""
+    return partitions or _threads(client) * PARTITIONS_PER_THREAD
+
+
 def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: tuple[str, ...] = (),
                   client_then=None, shared: dict | None = None, packet_columns: tuple[str, ...] | None = None,
                   partitions: int | None = None, silence_ns: int | None = KEEP_EVERY_TIME,
@@ -247,11 +253,11 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
     ``caller_silence_ns``: with ``packet_columns``, what the caller then keeps of ``cap.packets``, the
     span and silences this long (``Capture.thin_packets``; None: every row).
     ``client`` may be :class:`InProcess`."""
-    count = partitions or _threads(client) * PARTITIONS_PER_THREAD
+    count = partition_count(client, partitions)
     client_frames = tuple(client_frames) if client_then is not None else ()
     ids = partition_ids(cap, count)
     reads = [read_part(cap, None, k, silence_ns) for k in range(count)]
-    if packet_columns is not None:
+    if packet_columns is not None and cap.reduction is None:  # a reduced reading kept only that already
         cap.release((), packet_columns)
         if caller_silence_ns is not KEEP_EVERY_TIME:
             cap.thin_packets(caller_silence_ns)

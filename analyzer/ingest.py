@@ -21,7 +21,7 @@ from .kernels.headers import allocate_headers
 from .kernels.intern import AddressTable
 from .kernels.reading import STOP_TABLE_FULL, read_pcap, read_pcapng
 from .kernels.silences import KEEP_EVERY_TIME, thinned_times
-from .resolution import effective_resolution
+from .resolution import TickSampler, timed_packets
 from .schema import (ICMP_ERROR_COLUMNS, INTERFACE_COLUMNS, PACKET_COLUMNS, PARSE_STATUS_NAMES,
                      TCP_SACK_COLUMNS, ParseStatus, Present, empty_frame)
 from .source import CaptureBytes, open_bytes
@@ -109,7 +109,7 @@ def _text_options(buf, start, end, order, names) -> dict[str, str]:
 IF_NAME, IF_DESCRIPTION, IF_SPEED = 2, 3, 8  # pcapng Interface Description Block options
 
 
-def _interfaces_frame(fmt: FileFormat, buf, ifaces, n_ifaces: int, packets: pl.DataFrame) -> pl.DataFrame:
+def _interfaces_frame(fmt: FileFormat, buf, ifaces, n_ifaces: int, ticks: TickSampler) -> pl.DataFrame:
     if fmt.kind == "pcap":
         arrays = {"iface": np.zeros(1, np.uint16), "section": np.zeros(1, np.uint16),
                   "linktype": np.array([fmt.linktype], np.int32), "snaplen": np.array([fmt.snaplen], np.uint32),
@@ -137,7 +137,7 @@ def _interfaces_frame(fmt: FileFormat, buf, ifaces, n_ifaces: int, packets: pl.D
         arrays["name"] = names
         arrays["speed_bps"] = np.array(speeds, np.int64)
     arrays["linktype_name"] = [linktypes.name(int(v)) for v in arrays["linktype"]]
-    arrays.update(effective_resolution(packets, arrays["iface"], arrays["ts_resolution_ns"]))
+    arrays.update(ticks.resolution(arrays["iface"], arrays["ts_resolution_ns"]))
     frame = columns.frame(INTERFACE_COLUMNS, arrays)
     return frame.with_columns(pl.when(pl.col("speed_bps") > 0).then(pl.col("speed_bps")).alias("speed_bps"))
 
@@ -176,6 +176,24 @@ class PacketTables:
     section_info: dict[str, str]
     # read in part (``kept``): (frame, ts_ns) of every record the part's ``times`` mask selects
     times: pl.DataFrame | None = None
+    # the addresses' Enum (what src, dst, inner_src and inner_dst are in; ``packets`` may hold neither)
+    address_dtype: pl.DataType | None = None
+    # the packets read, when ``packets`` holds fewer rows (read with ``reduce``); None: its rows
+    rows: int | None = None
+
+
+class ChunkReduction:
+    """What ``read_tables(reduce=...)`` keeps of a capture's packets instead of all of them: :meth:`chunk`
+    is handed each chunk's packets as it is read (the columns asked for, ``src`` and ``dst`` still the
+    address table's integer codes, which are the Enum's) and returns the rows to keep of it;
+    :meth:`finish` is handed their concatenation and returns the packets frame. What the caller of a
+    run in partitions holds of a capture of any size (``analyzer.partitions.CallerChunks``)."""
+
+    def chunk(self, packets: pl.DataFrame) -> pl.DataFrame:
+        raise NotImplementedError
+
+    def finish(self, packets: pl.DataFrame) -> pl.DataFrame:
+        return packets
 
 
 def _chunk_frames(data: CaptureBytes, recs, hdr, src_ids, dst_ids, n, first_frame, addresses: AddressTable,
@@ -303,8 +321,8 @@ def part_arrays(kept: tuple[np.ndarray, np.ndarray] | None, capacity: int, first
 
 def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: bool | None = None,
                 data: CaptureBytes | None = None, kept: tuple[np.ndarray, np.ndarray] | None = None,
-                packet_columns: tuple[str, ...] | None = None, silence_ns: int | None = KEEP_EVERY_TIME
-                ) -> tuple[CaptureBytes, PacketTables]:
+                packet_columns: tuple[str, ...] | None = None, silence_ns: int | None = KEEP_EVERY_TIME,
+                reduce: ChunkReduction | None = None) -> tuple[CaptureBytes, PacketTables]:
     """Read every record of ``path``. Raises :class:`UnreadableCapture` when the file is not a capture
     at all; damage inside a capture is reported in the returned :class:`ReadReport`.
 
@@ -316,7 +334,10 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
     ``parse_status`` the kept rows'; the interfaces frame is inferred from the kept rows only (the
     caller replaces it). ``silence_ns``: each chunk's ``times`` thinned to its span and silences of at
     least that long (``analyzer.kernels.silences``; None: every timed record's); the reader of a part,
-    ``analyzer.capture``, thins their concatenation over the files once more."""
+    ``analyzer.capture``, thins their concatenation over the files once more. ``reduce``: what is kept
+    of each chunk's packets (:class:`ChunkReduction`; ``packet_columns`` is what it is handed); the
+    interfaces' effective resolution is sampled from every packet as it is read all the same
+    (``analyzer.resolution.TickSampler``), and the tables' ``rows`` says how many were read."""
     data = data or open_bytes(path)
     buf = data.buf
     fmt = detect(bytes(buf[:PCAP_FILE_HEADER_LEN]))
@@ -343,7 +364,8 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
     pieces: list[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]] = []
     times: list[pl.DataFrame] = []
     status_counts = np.zeros(len(PARSE_STATUS_NAMES), np.int64)
-    next_frame = 1
+    ticks = TickSampler()
+    next_frame, rows = 1, 0
     narrow = None if packet_columns is None else [c.name for c in PACKET_COLUMNS
                                                  if c.name in set(packet_columns) | set(READ_COLUMNS)]
     bar = _Progress(size, "reading", progress)
@@ -375,8 +397,12 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
                                       row_frames)
                 codes = chunk[0]["parse_status"].to_physical().to_numpy()
                 status_counts += np.bincount(codes, minlength=len(PARSE_STATUS_NAMES))[:len(PARSE_STATUS_NAMES)]
+                ticks.add(chunk[0]["ts_ns"].to_numpy(), chunk[0]["iface"].to_numpy(), timed_packets(chunk[0]["parse_status"]))
+                rows += n
                 if narrow is not None:
                     chunk = (chunk[0].select(narrow), *chunk[1:])
+                if reduce is not None:
+                    chunk = (reduce.chunk(chunk[0]), *chunk[1:])
                 pieces.append(chunk)
             next_frame += walked
             bar.update(off)
@@ -400,19 +426,23 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
         icmp = pl.concat([p[2] for p in pieces], rechunk=False)
     else:
         packets = empty_frame(PACKET_COLUMNS) if narrow is None else empty_frame(PACKET_COLUMNS).select(narrow)
+        packets = packets if reduce is None else reduce.chunk(packets)
         sack = empty_frame(TCP_SACK_COLUMNS)
         icmp = empty_frame(ICMP_ERROR_COLUMNS)
     packets = packets.with_columns(columns.enum_from_codes(packets[c], address_enum).alias(c)
-                                   for c in ("src", "dst"))
+                                   for c in ("src", "dst") if c in packets.columns)
+    if reduce is not None:
+        packets = reduce.finish(packets)
     icmp = icmp.with_columns(columns.enum_from_codes(icmp[c], address_enum).alias(c)
                              for c in ("inner_src", "inner_dst"))
     report.parse_status = {name: int(v) for name, v in zip(PARSE_STATUS_NAMES, status_counts) if v}
     section = _shb_options(buf, fmt.big_endian) if fmt.kind == "pcapng" else {}
-    interfaces = _interfaces_frame(fmt, buf, ifaces, int(state[rk.ST_N_IFACES]), packets)
-    tables = PacketTables(packets, sack, icmp, interfaces, report, fmt, section)
+    interfaces = _interfaces_frame(fmt, buf, ifaces, int(state[rk.ST_N_IFACES]), ticks)
+    tables = PacketTables(packets, sack, icmp, interfaces, report, fmt, section, address_dtype=address_enum,
+                          rows=rows if reduce is not None else None)
     if kept is not None:
         tables.times = pl.concat(times) if times else pl.DataFrame(schema={"frame": pl.UInt32, "ts_ns": pl.Int64})
     return data, tables
 
 
-__all__ = ["read_tables", "ReadReport", "PacketTables", "ParseStatus"]
+__all__ = ["read_tables", "ReadReport", "PacketTables", "ParseStatus", "ChunkReduction"]

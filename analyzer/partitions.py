@@ -57,9 +57,10 @@ import numpy as np
 import polars as pl
 
 from .capture import UNSELECTED, ReadPart, open_captures
+from .ingest import ChunkReduction
 from .decoders.registry import protocol_of_frame, protocols
 from .kernels.pairs import PairTable
-from .kernels.silences import KEEP_EVERY_TIME, SPAN_ONLY_NS
+from .kernels.silences import KEEP_EVERY_TIME, SPAN_ONLY_NS, thinned_times
 from .messages import flow_key
 from .wide_frames import sorted_rows
 
@@ -122,28 +123,48 @@ def caller_packet_columns(*columns: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(columns + PARTITION_COLUMNS))
 
 
+class PartitionDecision:
+    """The server partitions of a capture's packets, added in capture order a slice at a time
+    (:meth:`pairs_of`: each packet's address pair, found in one pass over the slices,
+    :class:`analyzer.kernels.pairs.PairTable`), decided once all are in (:meth:`partition_of_pair`;
+    module doc). Addresses are compared by their codes in the capture's address Enum, which every
+    reader of the same files assigns alike."""
+
+    def __init__(self, ports=None):
+        self.served = np.zeros(1 << 16, np.bool_)
+        self.served[np.asarray(sorted(set(decoder_ports() if ports is None else ports)), np.int64)] = True
+        self.table = PairTable()
+
+    def pairs_of(self, packets: pl.DataFrame) -> np.ndarray:
+        """uint32 per packet of these, the next in capture order: its pair's number
+        (:data:`~analyzer.kernels.pairs.NO_PAIR` without two addresses), :data:`PAIR_SLICE_ROWS` at a time."""
+        pair_of = np.empty(packets.height, np.uint32)
+        for start in range(0, packets.height, PAIR_SLICE_ROWS):
+            rows = packets.slice(start, PAIR_SLICE_ROWS)
+            self.table.add(*_pair_inputs(rows, self.served), pair_of[start:start + rows.height])
+        return pair_of
+
+    def partition_of_pair(self, count: int) -> np.ndarray:
+        """uint32 per pair: its partition (0 .. count-1), its server's, servers dealt by packets
+        (:func:`balanced_partitions`); one more entry, partition 0, for packets without a pair: index
+        it with ``np.minimum(pair_of, len - 1)``."""
+        lo, hi, loads, lo_serves, hi_serves, lo_syn, hi_syn = self.table.pairs()
+        by_port = lo_serves | hi_serves
+        server = np.where(by_port, np.where(hi_serves & ~lo_serves, hi, lo), np.where(hi_syn & ~lo_syn, hi, lo))
+        servers, server_of_pair = np.unique(server, return_inverse=True)
+        server_loads = np.bincount(server_of_pair, weights=loads, minlength=servers.shape[0]).astype(np.int64)
+        order = np.lexsort((servers, -server_loads))  # largest first, the lower code of equals first
+        partition_of_server = np.empty(servers.shape[0], np.uint32)
+        partition_of_server[order] = balanced_partitions(server_loads[order], count)
+        return np.append(partition_of_server[server_of_pair], np.uint32(0))  # NO_PAIR: partition 0
+
+
 def partition_of_packets(packets: pl.DataFrame, count: int, ports) -> pl.Series:
-    """The partition (0 .. count-1) of each packet: its server's, servers dealt by packets
-    (:func:`balanced_partitions`; module doc). Addresses are compared by their codes in the
-    capture's address Enum, which every reader of the same files assigns alike; the pairs are found
-    in one pass, :data:`PAIR_SLICE_ROWS` packets at a time (:class:`analyzer.kernels.pairs.PairTable`)."""
-    served = np.zeros(1 << 16, np.bool_)
-    served[np.asarray(sorted(set(ports)), np.int64)] = True
-    table = PairTable()
-    pair_of = np.empty(packets.height, np.uint32)
-    for start in range(0, packets.height, PAIR_SLICE_ROWS):
-        rows = packets.slice(start, PAIR_SLICE_ROWS)
-        table.add(*_pair_inputs(rows, served), pair_of[start:start + rows.height])
-    lo, hi, loads, lo_serves, hi_serves, lo_syn, hi_syn = table.pairs()
-    by_port = lo_serves | hi_serves
-    server = np.where(by_port, np.where(hi_serves & ~lo_serves, hi, lo), np.where(hi_syn & ~lo_syn, hi, lo))
-    servers, server_of_pair = np.unique(server, return_inverse=True)
-    server_loads = np.bincount(server_of_pair, weights=loads, minlength=servers.shape[0]).astype(np.int64)
-    order = np.lexsort((servers, -server_loads))  # largest first, the lower code of equals first
-    partition_of_server = np.empty(servers.shape[0], np.uint32)
-    partition_of_server[order] = balanced_partitions(server_loads[order], count)
-    partition_of_pair = np.append(partition_of_server[server_of_pair], np.uint32(0))  # NO_PAIR: partition 0
-    np.minimum(pair_of, np.uint32(lo.shape[0]), out=pair_of)
+    """The partition (0 .. count-1) of each packet: its server's (:class:`PartitionDecision`)."""
+    decision = PartitionDecision(ports)
+    pair_of = decision.pairs_of(packets)
+    partition_of_pair = decision.partition_of_pair(count)
+    np.minimum(pair_of, np.uint32(partition_of_pair.shape[0] - 1), out=pair_of)
     return pl.Series("partition", partition_of_pair[pair_of], pl.UInt32)
 
 
@@ -179,13 +200,75 @@ def decoder_ports() -> tuple[int, ...]:
 def partition_ids(cap, count: int) -> np.ndarray:
     """uint16 per frame of ``cap`` (frame - 1): the partition (of ``count``) of each packet it holds (after
     a selection, the selected ones), :data:`~analyzer.capture.UNSELECTED` for the rest: what
-    :func:`read_part` hands a reader of one partition."""
+    :func:`read_part` hands a reader of one partition. A capture read through :class:`CallerChunks`
+    has them decided already."""
     if not 0 < count < int(UNSELECTED):
         raise ValueError(f"partition count {count} out of range (1 .. {int(UNSELECTED) - 1})")
-    ids = np.full(sum(n for _, _, n in cap.pieces), UNSELECTED, np.uint16)
+    records = sum(n for _, _, n in cap.pieces)
+    if isinstance(cap.reduction, CallerChunks):
+        return cap.reduction.ids(count, records)
+    ids = np.full(records, UNSELECTED, np.uint16)
     packets = cap.packets
     ids[packets["frame"].to_numpy().astype(np.int64) - 1] = partition_of_packets(packets, count, decoder_ports()).to_numpy()
     return ids
+
+
+class CallerChunks(ChunkReduction):
+    """What the caller of a run in partitions keeps of a capture's packets, chunk by chunk as they are
+    read (``open_captures(reduce=...)``), instead of reading them whole and then deciding: each
+    packet's address pair (:class:`PartitionDecision`; 4 bytes a packet until :meth:`ids` turns them
+    into the partitions' 2), the rows of every packet's ``extract`` (a scan's DNS payload locations:
+    ``detectors.incidents_evidence.dns_payloads``; :attr:`extracted`), and of the packets themselves
+    (frame, ts_ns) of those their span and silences of ``silence_ns`` need
+    (``analyzer.kernels.silences``): what ``Capture.thin_packets`` would have left once the partitions
+    were decided. The same partitions, extracted rows and times as the whole reading's, whatever the
+    size of the capture (issue 13: the caller's reading of a 100M-packet capture held 6.3 GB)."""
+
+    def __init__(self, silence_ns: int | None, extract: Callable[[pl.DataFrame], pl.DataFrame] | None = None):
+        self.silence_ns, self.extract = silence_ns, extract
+        self.decision = PartitionDecision()
+        self.chunks: list[tuple[np.ndarray | int, np.ndarray]] = []  # (frames, or the first of a run; pairs)
+        self.extracted_chunks: list[pl.DataFrame] = []
+        self.decided: tuple[int, np.ndarray] | None = None  # (count, ids) once ids() decided them
+
+    def chunk(self, packets: pl.DataFrame) -> pl.DataFrame:
+        pair_of = self.decision.pairs_of(packets)
+        frames = packets["frame"].to_numpy()
+        run = frames.shape[0] == 0 or int(frames[-1]) - int(frames[0]) + 1 == frames.shape[0]
+        self.chunks.append((int(frames[0]) if run and frames.shape[0] else frames.copy(), pair_of))
+        if self.extract is not None:
+            self.extracted_chunks.append(self.extract(packets))
+        return thinned_times(packets.select("frame", "ts_ns"), self.silence_ns)
+
+    def finish(self, packets: pl.DataFrame) -> pl.DataFrame:
+        return thinned_times(packets, self.silence_ns)
+
+    @property
+    def extracted(self) -> pl.DataFrame | None:
+        """``extract``'s rows of every chunk, in capture order (None without ``extract``)."""
+        if self.extract is None:
+            return None
+        return pl.concat(self.extracted_chunks) if len(self.extracted_chunks) != 1 else self.extracted_chunks[0]
+
+    def ids(self, count: int, records: int) -> np.ndarray:
+        """:func:`partition_ids` of the packets read, in ``count`` partitions, over ``records`` frames:
+        decided once (the packets' pairs are let go of then), the same array for every later call."""
+        if self.decided is None:
+            partition_of_pair = self.decision.partition_of_pair(count).astype(np.uint16)
+            last = np.uint32(partition_of_pair.shape[0] - 1)
+            ids = np.full(records, UNSELECTED, np.uint16)
+            while self.chunks:
+                frames, pair_of = self.chunks.pop(0)
+                np.minimum(pair_of, last, out=pair_of)
+                if isinstance(frames, int):
+                    ids[frames - 1:frames - 1 + pair_of.shape[0]] = partition_of_pair[pair_of]
+                else:
+                    ids[frames.astype(np.int64) - 1] = partition_of_pair[pair_of]
+            self.decided, self.decision = (count, ids), None
+        if self.decided[0] != count or self.decided[1].shape[0] != records:
+            raise ValueError(f"partitions decided for {self.decided[0]} partitions of {self.decided[1].shape[0]:,} "
+                             f"frames, asked for {count} of {records:,}")
+        return self.decided[1]
 
 
 def read_part(cap, ids: np.ndarray | None, index: int, silence_ns: int | None = KEEP_EVERY_TIME) -> ReadPart:
@@ -195,7 +278,7 @@ def read_part(cap, ids: np.ndarray | None, index: int, silence_ns: int | None = 
     those its span and silences of ``silence_ns`` need (``detectors.shortest_silence_ns``; None: all)."""
     icmp = cap.frame("icmp_errors")
     return ReadPart(pieces=tuple(cap.pieces), ids=ids, index=index, interfaces=cap.frame("interfaces"),
-                    address_types={"packets": {c: cap.packets.schema[c] for c in ("src", "dst")},
+                    address_types={"packets": {c: cap.address_dtype for c in ("src", "dst")},
                                    "icmp_errors": {c: icmp.schema[c] for c in ("inner_src", "inner_dst")}},
                     silence_ns=silence_ns)
 

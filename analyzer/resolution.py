@@ -25,7 +25,10 @@ true one with probability ``2**-k``; below ``MIN_DIFFERENCES`` nonzero differenc
 tell a coarse clock from luck, so nothing is inferred: the effective resolution is the declared one
 and ``effective_resolution_samples`` says how little there was (``herdscope info`` says so).
 
-Cost: one ``diff`` over the timestamps, then the tests on at most ``SAMPLE_DIFFERENCES`` of them.
+The differences are sampled (:class:`TickSampler`): every ``s``-th nonzero one of an interface, ``s``
+the smallest power of two leaving at most ``2 x SAMPLE_DIFFERENCES``, the same whether the packets
+come at once or chunk by chunk as a reader reads them (a scan in partitions keeps no column of every
+packet). Cost: one ``diff`` over the timestamps, then the tests on the sample.
 """
 from __future__ import annotations
 
@@ -44,9 +47,9 @@ MIN_DIFFERENCES = 16
 MIN_ON_TICK_SHARE = 0.99
 # The coarsest tick inferred: beyond a second, regular spacing is traffic, not a clock.
 MAX_TICK_NS = 1_000_000_000
-# The rule is tested on at most this many differences per interface, evenly spread (every k-th): the
-# share on the tick is then known to about ±0.1 %, and a 10M-packet capture costs a few ms, not seconds
-# of int64 division.
+# The rule is tested on this many to twice as many nonzero differences per interface, evenly spread
+# (every s-th, s a power of two: TickSampler): the share on the tick is then known to about ±0.1 %,
+# and a 10M-packet capture costs a few ms, not seconds of int64 division.
 SAMPLE_DIFFERENCES = 1 << 16
 # Multipliers of the power of ten tried (2 x, 5 x ... 9 x): their common multiple, so one modulo
 # and one histogram test them all.
@@ -117,54 +120,88 @@ def infer_tick(diffs: np.ndarray, *, min_differences: int = MIN_DIFFERENCES,
     return power
 
 
+class TickSampler:
+    """The nonzero differences between consecutive timestamps of each interface, taken chunk by chunk
+    of packets in file order (:meth:`add`: a reader's chunks, or a whole packets frame at once, alike):
+    how many there are, and every ``s``-th of them, ``s`` the smallest power of two leaving at most
+    ``2 x SAMPLE_DIFFERENCES`` (doubled, and every other sample dropped, as they come), so that the
+    sample is the same however the packets were cut into chunks, and a capture of any size holds at
+    most that many differences per interface. Records without a packet time (``not_packet``) are left out."""
+
+    def __init__(self):
+        self.last: dict[int, int] = {}  # interface -> its last timestamp so far
+        self.count: dict[int, int] = {}  # interface -> its nonzero differences so far
+        self.stride: dict[int, int] = {}
+        self.kept: dict[int, list[np.ndarray]] = {}  # interface -> its sampled differences, in pieces
+        self.kept_len: dict[int, int] = {}
+
+    def add(self, ts_ns: np.ndarray, iface: np.ndarray, keep: np.ndarray | None = None) -> None:
+        """The next packets' timestamps and interfaces (``keep``: which are packets with a time)."""
+        ts_ns, iface = np.asarray(ts_ns, np.int64), np.asarray(iface)
+        if keep is not None and not keep.all():
+            ts_ns, iface = ts_ns[keep], iface[keep]
+        if len(ts_ns) == 0:
+            return
+        if (iface == iface[0]).all():
+            self._add_one(int(iface[0]), ts_ns)
+            return
+        order = np.argsort(iface, kind="stable")  # each interface's timestamps, in file order
+        ts_ns, iface = ts_ns[order], iface[order]
+        starts = np.flatnonzero(np.r_[True, iface[1:] != iface[:-1]])
+        for lo, hi in zip(starts, np.r_[starts[1:], len(iface)]):
+            self._add_one(int(iface[lo]), ts_ns[lo:hi])
+
+    def _add_one(self, k: int, ts_ns: np.ndarray) -> None:
+        before = self.last.get(k)
+        d = np.diff(ts_ns) if before is None else np.diff(ts_ns, prepend=np.int64(before))
+        self.last[k] = int(ts_ns[-1])
+        nonzero = d[d != 0]
+        seen, stride = self.count.get(k, 0), self.stride.get(k, 1)
+        self.count[k] = seen + len(nonzero)
+        taken = nonzero[(-seen) % stride::stride]  # positions seen, seen + 1, ...: the multiples of stride
+        self.kept.setdefault(k, []).append(taken)
+        self.kept_len[k] = self.kept_len.get(k, 0) + len(taken)
+        while self.kept_len[k] > 2 * SAMPLE_DIFFERENCES:  # position 0 is always kept: [::2] keeps 2 x stride's
+            halved = np.concatenate(self.kept[k])[::2]
+            self.kept[k], self.kept_len[k], stride = [halved], len(halved), stride * 2
+        self.stride[k] = stride
+
+    def resolution(self, ifaces: np.ndarray, declared: np.ndarray, *, min_differences: int = MIN_DIFFERENCES,
+                   min_share: float = MIN_ON_TICK_SHARE) -> dict[str, np.ndarray]:
+        """Per interface (``ifaces``: their indices, ``declared``: their declared ns per tick), the
+        interfaces-frame columns ``effective_resolution_ns`` (the coarser of the declared resolution
+        and the tick inferred from the sampled differences; the declared one when there are too few)
+        and ``effective_resolution_samples`` (the interface's nonzero differences)."""
+        ids = np.asarray(ifaces)
+        effective = np.asarray(declared, dtype=np.float64).copy()
+        samples = np.zeros(len(ids), np.int64)
+        for j, k in enumerate(ids.tolist()):
+            samples[j] = self.count.get(k, 0)
+            if samples[j]:
+                tick = infer_tick(np.concatenate(self.kept[k]), min_differences=min_differences, min_share=min_share)
+                if tick is not None:
+                    effective[j] = max(effective[j], float(tick))
+        return {"effective_resolution_ns": effective, "effective_resolution_samples": samples}
+
+
 def effective_resolution(packets: pl.DataFrame, ifaces: np.ndarray, declared: np.ndarray, *,
                          min_differences: int = MIN_DIFFERENCES,
                          min_share: float = MIN_ON_TICK_SHARE) -> dict[str, np.ndarray]:
-    """Per interface (``ifaces``: their indices, ``declared``: their declared ns per tick), the
-    interfaces-frame columns ``effective_resolution_ns`` (the coarser of the declared resolution and
-    the tick inferred from the interface's packet timestamps; the declared one when there are too
-    few) and ``effective_resolution_samples`` (the nonzero timestamp differences it rests on)."""
-    ids = np.asarray(ifaces)
-    declared = np.asarray(declared, dtype=np.float64)
-    effective = declared.copy()
-    samples = np.zeros(len(ids), np.int64)
-    out = {"effective_resolution_ns": effective, "effective_resolution_samples": samples}
-    if packets.height < 2 or len(ids) == 0:
-        return out
-    ts = packets["ts_ns"].to_numpy()
-    iface = packets["iface"].to_numpy()
-    status = packets["parse_status"]
+    """:meth:`TickSampler.resolution` of these packets (``ts_ns``, ``iface``, ``parse_status``), taken at once."""
+    sampler = TickSampler()
+    if packets.height:
+        sampler.add(packets["ts_ns"].to_numpy(), packets["iface"].to_numpy(), timed_packets(packets["parse_status"]))
+    return sampler.resolution(ifaces, declared, min_differences=min_differences, min_share=min_share)
+
+
+def timed_packets(status: pl.Series) -> np.ndarray:
+    """Which rows of a ``parse_status`` column are packets with a time of their own (not ``not_packet``)."""
     if isinstance(status.dtype, pl.Enum):  # compare the codes: a string comparison costs 10x more
         cats = status.dtype.categories.to_list()
         not_packet = cats.index(NOT_PACKET) if NOT_PACKET in cats else -1
-        keep = status.to_physical().to_numpy() != not_packet
-    else:
-        keep = (status != NOT_PACKET).fill_null(True).to_numpy()
-    if not keep.all():
-        ts, iface = ts[keep], iface[keep]
-    if len(ts) < 2:
-        return out
-    if (iface != iface[0]).any():  # interleaved interfaces: consecutive timestamps per interface
-        order = np.argsort(iface, kind="stable")
-        ts, iface = ts[order], iface[order]
-    # iface is sorted now: each interface's timestamps are one run, its differences the run's diffs
-    lo = np.searchsorted(iface, ids, side="left")
-    hi = np.searchsorted(iface, ids, side="right")
-    for k in range(len(ids)):
-        if hi[k] - lo[k] < 2:
-            continue
-        d = np.diff(ts[lo[k]:hi[k]])
-        samples[k] = np.count_nonzero(d)
-        sample = d[::max(1, len(d) // SAMPLE_DIFFERENCES)]
-        sample = sample[sample != 0]
-        if samples[k] <= SAMPLE_DIFFERENCES or len(sample) < SAMPLE_DIFFERENCES // 4:
-            nonzero = d[d != 0]  # few differences (use them all), or mostly equal timestamps
-            sample = nonzero[::max(1, len(nonzero) // SAMPLE_DIFFERENCES)]
-        tick = infer_tick(sample, min_differences=min_differences, min_share=min_share)
-        if tick is not None:
-            effective[k] = max(declared[k], float(tick))
-    return out
+        return status.to_physical().to_numpy() != not_packet
+    return (status != NOT_PACKET).fill_null(True).to_numpy()
 
 
-__all__ = ["infer_tick", "effective_resolution", "capture_tick", "is_limited", "limited_text",
+__all__ = ["infer_tick", "effective_resolution", "TickSampler", "timed_packets", "capture_tick", "is_limited", "limited_text",
            "APPROXIMATE_TICKS", "MIN_DIFFERENCES", "MIN_ON_TICK_SHARE", "MAX_TICK_NS", "SAMPLE_DIFFERENCES"]

@@ -33,7 +33,8 @@ import polars as pl
 from .decoders import dns, registry
 from .decoders.common import COMMON_NAMES
 from .durations import fmt_ns
-from .partitions import caller_packet_columns
+from .kernels.silences import SPAN_ONLY_NS
+from .partitions import CallerChunks, caller_packet_columns
 from .selection import SELECTION_COLUMNS
 LEGS = ("client_to_resolver", "resolver_to_upstream", "direct")
 BY_CHOICES = ("server", "client")
@@ -207,6 +208,12 @@ def response_time_frames(cap) -> list[str]:
     return list(dict.fromkeys(found + [n for n in (SMB2_TRANSACTIONS, SMB2_BREAKS) if n in names]))
 
 
+def chunked_reading():
+    """What the caller of :func:`decode_in_partitions` keeps of a file's packets as they are read
+    (``analyzer.command.each_capture(chunked=...)``): each packet's partition, the span."""
+    return CallerChunks(SPAN_ONLY_NS)
+
+
 def decode_in_partitions(cap, partitions: int) -> None:
     """Build the frames of :func:`response_time_frames` in ``partitions`` server partitions one after the
     other (``herdscope stats --partitions``, or a capture large enough: ``analyzer.record_estimate``),
@@ -259,7 +266,7 @@ def csv_text(stats: pl.DataFrame, file: str, header: bool) -> str:
 
 
 def no_transactions_message(path: str, cap) -> str:
-    packets = cap.packets.height if getattr(cap, "packets", None) is not None else 0
+    packets = cap.packet_count if getattr(cap, "packets", None) is not None else 0
     titles = list(protocol_names().values())
     names = ", ".join(titles[:-1]) + f" or {titles[-1]}" if len(titles) > 1 else "".join(titles)
     return (f"{path}: no {names} requests in its {packets:,} packet{'' if packets == 1 else 's'}: "

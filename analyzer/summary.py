@@ -35,7 +35,8 @@ from .tcp import analysis as an
 from .kernels import records as rk
 from . import mac_control  # noqa: F401 - registers pause_frames (schema and builder)
 from .kernels.headers import ETH_MAC_CONTROL
-from .partitions import caller_packet_columns
+from .kernels.silences import SPAN_ONLY_NS
+from .partitions import CallerChunks, caller_packet_columns
 from .schema import FRAMES
 from .resolution import capture_tick
 
@@ -66,25 +67,56 @@ def iso_time(ns: int | None) -> str | None:
     return dt.datetime.fromtimestamp(secs, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{frac:09d}Z"
 
 
-def protocols(packets: pl.DataFrame) -> dict[str, dict[str, int]]:
-    """Packets per transport and (for TCP/UDP) per service guessed from the lower well-known port."""
+def _lower_known_port() -> pl.Expr:
+    """The lower of a packet's two ports that :func:`services` names (null when neither is)."""
+    known = pl.Series(list(services()), dtype=pl.UInt16)
+    return (pl.when(pl.col("sport").is_in(known.implode()) & pl.col("dport").is_in(known.implode()))
+            .then(pl.min_horizontal("sport", "dport"))
+            .when(pl.col("sport").is_in(known.implode())).then(pl.col("sport"))
+            .when(pl.col("dport").is_in(known.implode())).then(pl.col("dport")))
+
+
+# what packet_tally adds up per group, and how two tallies' groups are added up again (merged_tally)
+_TALLY_SUMS = ("packets", "bytes", "wire_bytes")
+
+
+def packet_tally(packets: pl.DataFrame) -> pl.DataFrame:
+    """What :func:`summarize` reads of the packets, added up per (``iface``, ``ip_proto``, ``port``: the
+    lower well-known port, :func:`services`): ``packets``, ``bytes``, ``wire_bytes``, ``first_ts``,
+    ``last_ts``, and per frame with a damage status (:func:`damage_frames`) whether any of them carries
+    its traffic. A few hundred rows whatever the size of the capture: what the caller of ``info`` in
+    partitions keeps of each chunk of packets as they are read (``analyzer.partitions.CallerChunks``),
+    instead of their columns (:func:`merged_tally` adds the chunks' up)."""
+    carried = {name: expr for name, expr in _carried().items() if _damage_status(name)}
+    return (packets.lazy()
+            .group_by("iface", "ip_proto", _lower_known_port().alias("port"))
+            .agg(pl.len().cast(pl.Int64).alias("packets"), pl.col("caplen").cast(pl.Int64).sum().alias("bytes"),
+                 pl.col("wirelen").cast(pl.Int64).sum().alias("wire_bytes"), pl.col("ts_ns").min().alias("first_ts"),
+                 pl.col("ts_ns").max().alias("last_ts"), *(expr.any().alias(name) for name, expr in carried.items()))
+            .collect())
+
+
+def merged_tally(tallies: pl.DataFrame) -> pl.DataFrame:
+    """Tallies (:func:`packet_tally`, of chunks of one capture, concatenated) as one."""
+    flags = [c for c in tallies.columns if c not in ("iface", "ip_proto", "port", "first_ts", "last_ts", *_TALLY_SUMS)]
+    return (tallies.group_by("iface", "ip_proto", "port", maintain_order=True)
+            .agg(*(pl.col(c).sum() for c in _TALLY_SUMS), pl.col("first_ts").min(), pl.col("last_ts").max(),
+                 *(pl.col(c).any() for c in flags)))
+
+
+def protocols(packets: pl.DataFrame, tally: pl.DataFrame | None = None) -> dict[str, dict[str, int]]:
+    """Packets per transport and (for TCP/UDP) per service guessed from the lower well-known port
+    (of ``packets``: ``ip_proto``, ``sport``, ``dport``; or of their ``tally``, :func:`packet_tally`)."""
+    if tally is None:
+        tally = (packets.lazy().group_by("ip_proto", _lower_known_port().alias("port"))
+                 .agg(pl.len().cast(pl.Int64).alias("packets")).collect())
     known = services()
     ports = pl.DataFrame({"port": list(known), "service": list(known.values())},
                          schema={"port": pl.UInt16, "service": pl.String})
-    lower_known = (
-        pl.when(pl.col("sport").is_in(ports["port"].implode()) & pl.col("dport").is_in(ports["port"].implode()))
-        .then(pl.min_horizontal("sport", "dport"))
-        .when(pl.col("sport").is_in(ports["port"].implode())).then(pl.col("sport"))
-        .otherwise(pl.col("dport"))
-    )
     # counted per (protocol, port) first, the names given to those few rows: naming every packet held
     # two text columns of every one (~0.8 GB at 10M packets, the peak of info in partitions)
-    by_port = (
-        packets.lazy().filter(pl.col("ip_proto").is_not_null())
-        .select(pl.col("ip_proto"), lower_known.alias("port"))
-        .group_by("ip_proto", "port").len()
-        .collect()
-    )
+    by_port = tally.filter(pl.col("ip_proto").is_not_null()).group_by("ip_proto", "port").agg(
+        pl.col("packets").sum().alias("len"))
     counted = (
         by_port.join(ports, on="port", how="left")
         .with_columns(
@@ -101,7 +133,7 @@ def protocols(packets: pl.DataFrame) -> dict[str, dict[str, int]]:
             service = "all"
         out.setdefault(transport, {})
         out[transport][service] = out[transport].get(service, 0) + n
-    non_ip = packets.height - int(by_port["len"].sum())
+    non_ip = int(tally["packets"].sum()) - int(by_port["len"].sum())
     if non_ip:
         out["non-ip"] = {"all": non_ip}
     return out
@@ -197,14 +229,11 @@ def _carried() -> dict[str, pl.Expr]:
     return carried
 
 
-def damage_frames(packets: pl.DataFrame) -> tuple[str, ...]:
-    """The frames :func:`damaged_rows` builds for these packets: those with a damage status whose
-    traffic they carry (one pass over the packets)."""
-    carried = {name: expr for name, expr in _carried().items() if _damage_status(name)}
-    if not carried or packets.height == 0:
-        return ()
-    found = packets.select(expr.any().alias(name) for name, expr in carried.items()).row(0, named=True)
-    return tuple(name for name, present in found.items() if present)
+def damage_frames(tally: pl.DataFrame) -> tuple[str, ...]:
+    """The frames :func:`damaged_rows` builds for the packets of this :func:`packet_tally`: those with a
+    damage status whose traffic they carry."""
+    carried = [name for name in _carried() if _damage_status(name)]
+    return tuple(name for name in carried if tally.height and bool(tally[name].any()))
 
 
 def damaged_rows(cap: Capture) -> pl.DataFrame:
@@ -238,18 +267,19 @@ def decode_damage(damage_rows: pl.DataFrame) -> dict[str, dict[str, int]]:
     return out
 
 
-def summarize(cap: Capture, counted: dict[str, pl.DataFrame] | None = None) -> dict:
+def summarize(cap: Capture, counted: dict[str, pl.DataFrame] | None = None, tally: pl.DataFrame | None = None) -> dict:
     """The summary of ``cap`` (module doc). ``counted``: its partitions' :func:`counted_parts`,
     concatenated, when it was decoded in partitions (``analyzer.distributed.decode_into``, which set
-    its ``connections``); by default they are counted on ``cap`` itself."""
+    its ``connections``); by default they are counted on ``cap`` itself. ``tally``: its packets'
+    :func:`packet_tally` (of chunks, concatenated), by default taken of ``cap.packets``."""
     counted = counted_parts(cap) if counted is None else counted
-    p = cap.packets
+    tally = merged_tally(packet_tally(cap.packets) if tally is None else tally)
     report = cap.report
     ifaces = cap.frame("interfaces")
-    ts = p["ts_ns"]
-    first = int(ts.min()) if p.height else None
-    last = int(ts.max()) if p.height else None
-    per_iface = p.group_by("iface").len()
+    count = int(tally["packets"].sum())
+    first = int(tally["first_ts"].min()) if count else None
+    last = int(tally["last_ts"].max()) if count else None
+    per_iface = tally.group_by("iface").agg(pl.col("packets").sum().alias("len"))
     link_counts = (
         ifaces.join(per_iface, on="iface", how="left")
         .group_by("linktype", "linktype_name").agg(pl.col("len").fill_null(0).sum().alias("packets"))
@@ -266,14 +296,14 @@ def summarize(cap: Capture, counted: dict[str, pl.DataFrame] | None = None) -> d
         "format": report.format,
         "compressed": report.gzip,
         "file_size": cap._data.file_size,
-        "packets": p.height,
-        "bytes": int(p["caplen"].sum()),
-        "wire_bytes": int(p["wirelen"].sum()),
+        "packets": count,
+        "bytes": int(tally["bytes"].sum()),
+        "wire_bytes": int(tally["wire_bytes"].sum()),
         "first_ts": first,
         "last_ts": last,
         "first_time": iso_time(first),
         "last_time": iso_time(last),
-        "duration_s": (last - first) / 1e9 if p.height else 0.0,
+        "duration_s": (last - first) / 1e9 if count else 0.0,
         "ts_resolution_ns": float(ifaces["ts_resolution_ns"].min()) if ifaces.height else None,
         "effective_resolution_ns": capture_tick(ifaces),
         "effective_resolution_samples": _fewest_samples(ifaces),
@@ -285,7 +315,7 @@ def summarize(cap: Capture, counted: dict[str, pl.DataFrame] | None = None) -> d
              "effective_resolution_samples": int(r["effective_resolution_samples"])}
             for r in ifaces.iter_rows(named=True)
         ],
-        "protocols": protocols(p),
+        "protocols": protocols(cap.packets, tally),
         "parse_status": report.parse_status,
         "skipped": {"total": sum(skipped_reasons.values()), "reasons": skipped_reasons},
         "damage": None if report.stop_offset is None and not report.gzip_truncated else {
@@ -306,7 +336,15 @@ def summarize_in_partitions(cap: Capture, partitions: int) -> dict:
         return summarize(cap)
     from .distributed import decode_into  # lazy: the partitions' tasks, only for a partitioned summary
 
-    counted = decode_into(None, cap, ["connections"], then=counted_parts, packet_columns=SUMMARY_PACKET_COLUMNS,
-                          partitions=partitions, task_frames=damage_frames(cap.packets),
+    # read chunk by chunk (chunked_reading), or whole: then tallied before the partitions narrow the packets
+    tally = cap.reduction.extracted if isinstance(cap.reduction, CallerChunks) else packet_tally(cap.packets)
+    counted = decode_into(None, cap, ["connections"], then=counted_parts, packet_columns=("frame",),
+                          partitions=partitions, task_frames=damage_frames(merged_tally(tally)),
                           task_packet_columns=TASK_PACKET_COLUMNS, frame_columns=TASK_FRAME_COLUMNS)
-    return summarize(cap, counted)
+    return summarize(cap, counted, tally)
+
+
+def chunked_reading() -> CallerChunks:
+    """What the caller of :func:`summarize_in_partitions` keeps of a file's packets as they are read
+    (``analyzer.command.each_capture(chunked=...)``): their tally, each packet's partition, the span."""
+    return CallerChunks(SPAN_ONLY_NS, packet_tally)

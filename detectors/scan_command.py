@@ -16,7 +16,7 @@ import polars as pl
 
 from analyzer.command import open_captures, writing
 from analyzer.errors import ExitCode, UnreadableCapture, fail
-from analyzer.partitions import CONNECTION_FRAMES, caller_packet_columns, packets_reader
+from analyzer.partitions import CONNECTION_FRAMES, CallerChunks, caller_packet_columns, packets_reader
 from analyzer.progress import stage
 from analyzer.record_estimate import partitions_for
 from analyzer.render import console as make_console
@@ -88,13 +88,17 @@ def _scan_group(group, cfg: ScanConfig, selection, client, local: bool, expand: 
             from analyzer.distributed import InProcess  # lazy: Dask itself is not imported
 
             client = InProcess()
+    # one file, nothing selected: its reading keeps of each chunk of packets what the partitioned scan
+    # reads of them (analyzer.partitions.CallerChunks); otherwise they are read whole and then narrowed
+    chunked = CallerChunks(caller_silence_ns(cfg), dns_payloads) if client and len(group) == 1 and selection is None else None
     try:
-        cap = open_captures(group, packet_columns=CALLER_PACKET_COLUMNS if client else None)
+        cap = open_captures(group, packet_columns=CALLER_PACKET_COLUMNS if client else None, reduce=chunked)
     except UnreadableCapture as exc:
         fail(str(exc))
         return ExitCode.UNREADABLE
     select(cap, selection)
-    payloads = dns_payloads(cap.packets) if client else None  # before the partitions narrow the packets
+    # before the partitions narrow the packets
+    payloads = (chunked.extracted if chunked else dns_payloads(cap.packets)) if client else None
     addresses = packets_reader(cap, ("frame", "src", "dst")) if client else None  # and thin them
     found_elsewhere = decode_on_cluster(client, cap, cfg, local=local, partitions=partitions) if client else None
     linker = linker_params(cfg)
@@ -148,9 +152,15 @@ def decode_on_cluster(client, cap, cfg: ScanConfig, *, local: bool, partitions: 
                                    silence_ns=shortest_silence_ns({n: configured[n] for n in on_workers}),
                                    task_frames=tuple(required_frames(on_workers)),
                                    task_packet_columns=TASK_PACKET_COLUMNS,
-                                   frame_columns=_read_columns(names),
-                                   caller_silence_ns=shortest_silence_ns(
-                                       {n: p for n, p in configured.items() if n not in on_workers + by_client}))
+                                   frame_columns=_read_columns(names), caller_silence_ns=caller_silence_ns(cfg))
+
+
+def caller_silence_ns(cfg: ScanConfig) -> int | None:
+    """The shortest silence the detectors a scan in partitions runs in its calling process read (those
+    partitioned by neither server nor client): what the caller keeps of its packets' times."""
+    configured = configure(cfg.detectors, cfg.overrides)
+    elsewhere = set(partitioned(list(configured), "server")) | set(partitioned(list(configured), "client"))
+    return shortest_silence_ns({n: p for n, p in configured.items() if n not in elsewhere})
 
 
 def _read_columns(names: list[str]) -> dict[str, tuple[str, ...]]:
