@@ -386,7 +386,8 @@ def flows(packets: pl.DataFrame) -> pl.DataFrame:
         pl.col("ts_ns").min().alias("first_ns"), pl.col("ts_ns").max().alias("last_ns"),
         pl.len().cast(pl.UInt32).alias("packets"),
         psn.filter(ends_message(op) & ~cnp).n_unique().cast(pl.UInt32).alias("messages"),
-        pl.col("payload_len").sum().cast(pl.UInt64).alias("payload_bytes"),
+        # cast first: Polars sums UInt32 in 32 bits, and one flow passes 4 GiB in 0.35 s at 100 Gb/s
+        pl.col("payload_len").cast(pl.UInt64).sum().alias("payload_bytes"),
         pl.col("psn").filter(~cnp).first().alias("psn_first"),  # wire values, not unwrapped
         pl.col("psn").filter(~cnp).last().alias("psn_last"),
         psn.filter(~cnp).n_unique().cast(pl.UInt32).alias("psn_distinct"),
