@@ -66,10 +66,11 @@ class Capture:
         # read with only these packet columns (read_tables(columns=)): nothing can be built either
         self.columns: tuple[str, ...] | None = tuple(self._frames["packets"].columns) if packet_columns else None
         self._freed: set[str] = set()  # frames built, then freed by release() / drop()
-        self._packet_count: int | None = tables.rows  # packets' rows before thin_packets() or a reduced
-        # reading (None: neither)
-        # what kept what it kept of each chunk of packets as they were read (read_tables(reduce=)); nothing
-        # can be built of such a capture: its packets are what the reduction made of them
+        # the packets read, when ``packets`` holds fewer rows: thinned (thin_packets) or read through a
+        # reduction (None: neither)
+        self._packet_count: int | None = tables.rows
+        # what decided, as the packets were read, what to keep of each chunk of them (read_tables(reduce=));
+        # nothing can be built of such a capture: its packets are what the reduction made of them
         self.reduction: ChunkReduction | None = reduce
         if reduce is not None:
             self._released = True
@@ -102,12 +103,14 @@ class Capture:
     @property
     def packet_count(self) -> int:
         """How many packets the capture holds (after a selection, the selected ones): the rows of
-        ``packets``, or as many as it had before :meth:`thin_packets`."""
+        ``packets``, or as many as it had before :meth:`thin_packets` or as were read through a
+        reduction (``read_tables(reduce=)``)."""
         return self.packets.height if self._packet_count is None else self._packet_count
 
     @property
     def address_dtype(self) -> pl.DataType:
-        """The Enum the capture's addresses are in (``src`` and ``dst`` of ``packets``, when it has them)."""
+        """The Enum the capture's addresses are in (``src`` and ``dst`` of ``packets``, when it has them;
+        else the reader's, which every reading and joining of files sets)."""
         return self._tables.address_dtype if "src" not in self.packets.columns else self.packets.schema["src"]
 
     @property
@@ -269,7 +272,7 @@ class Capture:
         self.close()
 
     def __repr__(self) -> str:
-        return f"Capture({self.path!r}, {self.packets.height} packets, {self.report.format})"
+        return f"Capture({self.path!r}, {self.packet_count} packets, {self.report.format})"
 
 
 def open_capture(path: str | os.PathLike, **options) -> Capture:

@@ -40,8 +40,8 @@ from .errors import ClusterFailure
 from .kernels.silences import KEEP_EVERY_TIME
 from .memory import POLARS_ALLOCATOR_ENV, worker_allocator_conf
 from .packet_readers import build_packet_readers, narrow_after_readers
-from .partitions import (MERGE_KEY_COLUMNS, TASK_KEPT_PACKET_COLUMNS, FrameSet, client_buckets, connection_maps,
-                         decode_partition, merge_frames, partition_ids, read_part)
+from .partitions import (MERGE_KEY_COLUMNS, TASK_KEPT_PACKET_COLUMNS, CallerChunks, FrameSet, client_buckets,
+                         connection_maps, decode_partition, merge_frames, partition_ids, read_part)
 
 INSTALL_HINT = "pip install 'herdscope[distributed]' (Dask's distributed scheduler)"
 # partitions per worker thread: a capture's servers are far from equal (on the 1M synth capture one
@@ -251,13 +251,14 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
     what a task reads of its partition's packets beyond what builds the frames, and
     ``frame_columns`` what anything reads of the frames named (:func:`decode_partition_task`).
     ``caller_silence_ns``: with ``packet_columns``, what the caller then keeps of ``cap.packets``, the
-    span and silences this long (``Capture.thin_packets``; None: every row).
+    span and silences this long (``Capture.thin_packets``; None: every row). Of a capture read through
+    ``analyzer.partitions.CallerChunks`` the caller keeps what that kept, and neither applies.
     ``client`` may be :class:`InProcess`."""
     count = partition_count(client, partitions)
     client_frames = tuple(client_frames) if client_then is not None else ()
     ids = partition_ids(cap, count)
     reads = [read_part(cap, None, k, silence_ns) for k in range(count)]
-    if packet_columns is not None and cap.reduction is None:  # a reduced reading kept only that already
+    if packet_columns is not None and not isinstance(cap.reduction, CallerChunks):  # it kept only what it keeps
         cap.release((), packet_columns)
         if caller_silence_ns is not KEEP_EVERY_TIME:
             cap.thin_packets(caller_silence_ns)

@@ -184,9 +184,10 @@ class PacketTables:
 
 class ChunkReduction:
     """What ``read_tables(reduce=...)`` keeps of a capture's packets instead of all of them: :meth:`chunk`
-    is handed each chunk's packets as it is read (the columns asked for, ``src`` and ``dst`` still the
-    address table's integer codes, which are the Enum's) and returns the rows to keep of it;
-    :meth:`finish` is handed their concatenation and returns the packets frame. What the caller of a
+    is handed each chunk's packets as it is read (the columns asked for and :data:`READ_COLUMNS`,
+    ``src`` and ``dst`` still the address table's integer codes, which are the Enum's) and returns the
+    rows to keep of it; :meth:`finish` is handed their concatenation (``src`` and ``dst``, if kept, in
+    the Enum by then) and returns the packets frame. What the caller of a
     run in partitions holds of a capture of any size (``analyzer.partitions.CallerChunks``)."""
 
     def chunk(self, packets: pl.DataFrame) -> pl.DataFrame:
@@ -335,7 +336,7 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
     caller replaces it). ``silence_ns``: each chunk's ``times`` thinned to its span and silences of at
     least that long (``analyzer.kernels.silences``; None: every timed record's); the reader of a part,
     ``analyzer.capture``, thins their concatenation over the files once more. ``reduce``: what is kept
-    of each chunk's packets (:class:`ChunkReduction`; ``packet_columns`` is what it is handed); the
+    of each chunk's packets (:class:`ChunkReduction`, handed ``packet_columns`` and ``READ_COLUMNS``); the
     interfaces' effective resolution is sampled from every packet as it is read all the same
     (``analyzer.resolution.TickSampler``), and the tables' ``rows`` says how many were read."""
     data = data or open_bytes(path)

@@ -40,10 +40,12 @@ compare, or to rule these out).
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import struct
 import sys
+import threading
 
 import numba
 from numba.core import caching, codegen, environment
@@ -79,18 +81,23 @@ class Kernel:
     call it (``_numba_type_``, what ``numba.typeof`` asks) or asked for any of its attributes
     (``signatures``, ``stats``, ``targetoptions``...). Making a dispatcher with ``cache=True`` finds
     and checks its cache: ~0.2 ms a kernel, ~50 ms for the ~230 kernels a scan imports, of which a
-    one-packet scan calls about ten (issue 13: a process's fixed cost)."""
+    one-packet scan calls about ten (issue 13: a process's fixed cost). It carries the function's
+    name, module and docstring (``functools.update_wrapper``); threads calling it first at once make
+    one dispatcher."""
 
-    __slots__ = ("py_func", "_decorate", "_dispatcher")
+    _making = threading.Lock()  # held while a dispatcher is made
 
     def __init__(self, function, decorate):
         self.py_func, self._decorate, self._dispatcher = function, decorate, None
+        functools.update_wrapper(self, function)
 
     @property
     def dispatcher(self):
         """Numba's dispatcher of the kernel, made on first use."""
         if self._dispatcher is None:
-            self._dispatcher = self._decorate(self.py_func)
+            with Kernel._making:
+                if self._dispatcher is None:
+                    self._dispatcher = self._decorate(self.py_func)
         return self._dispatcher
 
     def __call__(self, *args, **kwargs):
@@ -101,6 +108,8 @@ class Kernel:
         return self.dispatcher._numba_type_
 
     def __getattr__(self, name):
+        if name in ("py_func", "_decorate", "_dispatcher"):  # not set yet (unpickling, copying)
+            raise AttributeError(name)
         return getattr(self.dispatcher, name)
 
     def __reduce__(self):  # pickled by name, as Numba's dispatchers of module-level functions are

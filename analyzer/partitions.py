@@ -200,8 +200,8 @@ def decoder_ports() -> tuple[int, ...]:
 def partition_ids(cap, count: int) -> np.ndarray:
     """uint16 per frame of ``cap`` (frame - 1): the partition (of ``count``) of each packet it holds (after
     a selection, the selected ones), :data:`~analyzer.capture.UNSELECTED` for the rest: what
-    :func:`read_part` hands a reader of one partition. A capture read through :class:`CallerChunks`
-    has them decided already."""
+    :func:`read_part` hands a reader of one partition. Of a capture read through :class:`CallerChunks`,
+    decided from the pairs it kept (once: they are let go of then)."""
     if not 0 < count < int(UNSELECTED):
         raise ValueError(f"partition count {count} out of range (1 .. {int(UNSELECTED) - 1})")
     records = sum(n for _, _, n in cap.pieces)
@@ -229,7 +229,7 @@ class CallerChunks(ChunkReduction):
         self.decision = PartitionDecision()
         self.chunks: list[tuple[np.ndarray | int, np.ndarray]] = []  # (frames, or the first of a run; pairs)
         self.extracted_chunks: list[pl.DataFrame] = []
-        self.decided: tuple[int, np.ndarray] | None = None  # (count, ids) once ids() decided them
+        self.decided: int | None = None  # the partitions ids() decided the packets' in
 
     def chunk(self, packets: pl.DataFrame) -> pl.DataFrame:
         pair_of = self.decision.pairs_of(packets)
@@ -252,23 +252,22 @@ class CallerChunks(ChunkReduction):
 
     def ids(self, count: int, records: int) -> np.ndarray:
         """:func:`partition_ids` of the packets read, in ``count`` partitions, over ``records`` frames:
-        decided once (the packets' pairs are let go of then), the same array for every later call."""
-        if self.decided is None:
-            partition_of_pair = self.decision.partition_of_pair(count).astype(np.uint16)
-            last = np.uint32(partition_of_pair.shape[0] - 1)
-            ids = np.full(records, UNSELECTED, np.uint16)
-            while self.chunks:
-                frames, pair_of = self.chunks.pop(0)
-                np.minimum(pair_of, last, out=pair_of)
-                if isinstance(frames, int):
-                    ids[frames - 1:frames - 1 + pair_of.shape[0]] = partition_of_pair[pair_of]
-                else:
-                    ids[frames.astype(np.int64) - 1] = partition_of_pair[pair_of]
-            self.decided, self.decision = (count, ids), None
-        if self.decided[0] != count or self.decided[1].shape[0] != records:
-            raise ValueError(f"partitions decided for {self.decided[0]} partitions of {self.decided[1].shape[0]:,} "
-                             f"frames, asked for {count} of {records:,}")
-        return self.decided[1]
+        decided once, the packets' pairs let go of then, and handed over (the caller's is the only
+        reference: a second call raises)."""
+        if self.decided is not None:
+            raise ValueError(f"partitions decided already (for {self.decided} partitions) and handed over; "
+                             f"asked again for {count}")
+        partition_of_pair = self.decision.partition_of_pair(count).astype(np.uint16)
+        last = np.uint32(partition_of_pair.shape[0] - 1)
+        ids = np.full(records, UNSELECTED, np.uint16)
+        for frames, pair_of in self.chunks:
+            np.minimum(pair_of, last, out=pair_of)
+            if isinstance(frames, int):
+                ids[frames - 1:frames - 1 + pair_of.shape[0]] = partition_of_pair[pair_of]
+            else:
+                ids[frames.astype(np.int64) - 1] = partition_of_pair[pair_of]
+        self.decided, self.decision, self.chunks = count, None, []
+        return ids
 
 
 def read_part(cap, ids: np.ndarray | None, index: int, silence_ns: int | None = KEEP_EVERY_TIME) -> ReadPart:

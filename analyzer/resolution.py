@@ -47,9 +47,9 @@ MIN_DIFFERENCES = 16
 MIN_ON_TICK_SHARE = 0.99
 # The coarsest tick inferred: beyond a second, regular spacing is traffic, not a clock.
 MAX_TICK_NS = 1_000_000_000
-# The rule is tested on this many to twice as many nonzero differences per interface, evenly spread
-# (every s-th, s a power of two: TickSampler): the share on the tick is then known to about ±0.1 %,
-# and a 10M-packet capture costs a few ms, not seconds of int64 division.
+# The rule is tested on this many to twice as many nonzero differences per interface (all of them when
+# it has fewer), evenly spread (every s-th, s a power of two: TickSampler): the share on the tick is
+# then known to about ±0.1 %, and a 10M-packet capture costs a few ms, not seconds of int64 division.
 SAMPLE_DIFFERENCES = 1 << 16
 # Multipliers of the power of ten tried (2 x, 5 x ... 9 x): their common multiple, so one modulo
 # and one histogram test them all.
@@ -158,11 +158,12 @@ class TickSampler:
         nonzero = d[d != 0]
         seen, stride = self.count.get(k, 0), self.stride.get(k, 1)
         self.count[k] = seen + len(nonzero)
-        taken = nonzero[(-seen) % stride::stride]  # positions seen, seen + 1, ...: the multiples of stride
+        # positions seen, seen + 1, ...: the multiples of stride (a copy: a view would keep the chunk's array)
+        taken = nonzero[(-seen) % stride::stride].copy()
         self.kept.setdefault(k, []).append(taken)
         self.kept_len[k] = self.kept_len.get(k, 0) + len(taken)
         while self.kept_len[k] > 2 * SAMPLE_DIFFERENCES:  # position 0 is always kept: [::2] keeps 2 x stride's
-            halved = np.concatenate(self.kept[k])[::2]
+            halved = np.concatenate(self.kept[k])[::2].copy()
             self.kept[k], self.kept_len[k], stride = [halved], len(halved), stride * 2
         self.stride[k] = stride
 

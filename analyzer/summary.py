@@ -148,7 +148,8 @@ _SEGMENT_FLAGS = {
     "duplicate_acks": an.DUPLICATE_ACK,
     "lost_segments": an.LOST_SEGMENT,
 }
-# what summarize reads of the packets frame (a summary of a capture decoded in partitions keeps these alone)
+# what summarize reads of the packets frame (packet_tally: what a summary of a capture decoded in
+# partitions keeps of them, tallied as they are read or before the partitions decode)
 SUMMARY_PACKET_COLUMNS = ("ts_ns", "iface", "caplen", "wirelen", "ip_proto", "sport", "dport", "ethertype")
 # what a summary of a capture decoded in partitions reads of its packets at all: the columns above and
 # those the partitioning and the joining of a ring buffer's pieces read (summarize_in_partitions)
@@ -283,7 +284,7 @@ def summarize(cap: Capture, counted: dict[str, pl.DataFrame] | None = None, tall
     link_counts = (
         ifaces.join(per_iface, on="iface", how="left")
         .group_by("linktype", "linktype_name").agg(pl.col("len").fill_null(0).sum().alias("packets"))
-        .sort("packets", descending=True)
+        .sort("packets", "linktype", descending=[True, False])  # equal counts in link-type order
     )
     skipped_reasons = {rk.COUNT_NAMES[k]: report.counts.get(rk.COUNT_NAMES[k], 0)
                        for k in rk.SKIPPED_PACKET_COUNTS}

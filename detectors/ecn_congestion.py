@@ -220,12 +220,12 @@ def flow_reactions(marked: pl.DataFrame, runs: pl.DataFrame, p: Params) -> pl.Da
     during = (_in_intervals(flows, "ts_ns", key, ivals, "run", "first_cnp_ns", "last_cnp_ns")
               .group_by(*key, "run")
               .agg(pl.len().alias("packets_during"), pl.col("ce").sum().alias("ce_during"),
-                   pl.col("payload_len").sum().alias("bytes_during"),
+                   pl.col("payload_len").cast(pl.Int64).sum().alias("bytes_during"),
                    pl.col("frame").filter(pl.col("ce")).alias("ce_frames")))
     before = (_in_intervals(flows, "ts_ns", key, ivals, "run", "before_ns", "just_before_ns")
               .group_by(*key, "run")
               .agg(pl.len().alias("packets_before"), pl.col("ts_ns").min().alias("before_first"),
-                   pl.col("ts_ns").max().alias("before_last"), pl.col("payload_len").sum().alias("bytes_before")))
+                   pl.col("ts_ns").max().alias("before_last"), pl.col("payload_len").cast(pl.Int64).sum().alias("bytes_before")))
     lead = (_in_intervals(flows.filter(pl.col("ce")), "ts_ns", key, ivals, "run", "lead_ns", "last_cnp_ns")
             .group_by(*key, "run").agg(pl.col("ts_ns").min().alias("start_ns")))
     out = (runs.join(during, on=[*key, "run"], how="left", nulls_equal=True)
@@ -341,7 +341,7 @@ def _episode_table(a: dict, p: Params) -> pl.DataFrame:
                   pl.col("ts_ns").filter(pl.col("ce")).min().alias("start_ns"),
                   pl.col("ts_ns").filter(pl.col("ce")).max().alias("end_ns"),
                   pl.col("ts_ns").min().alias("first_ns"), pl.col("ts_ns").max().alias("last_ns"),
-                  pl.col("payload_len").sum().alias("bytes"),
+                  pl.col("payload_len").cast(pl.Int64).sum().alias("bytes"),
                   pl.col("frame").filter(pl.col("ce")).alias("ce_frames")))
     # the link to the destination just before the episode: its last packet, and who had been sending
     prev = (m.select("dst", "src", "ts_ns")

@@ -66,7 +66,7 @@ def _turns(s: pl.DataFrame) -> pl.DataFrame:
         pl.col("frame").filter(pl.col("from_client")).min().alias("req_frame"),
         pl.col("ts_ns").filter(srv).min().alias("resp_first_ts"),
         pl.col("ts_ns").filter(srv).max().alias("resp_last_ts"),
-        pl.col("seglen").filter(srv & fresh).sum().alias("resp_bytes"),
+        pl.col("seglen").filter(srv & fresh).cast(pl.Int64).sum().alias("resp_bytes"),
     ).filter(pl.col("resp_first_ts").is_not_null())
     return t.collect()
 

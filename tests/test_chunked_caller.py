@@ -44,9 +44,9 @@ def test_a_chunked_reading_keeps_what_the_whole_one_gives_once_decided(name, chu
     with open_captures([path], packet_columns=CALLER_PACKET_COLUMNS, reduce=chunks,
                        chunk_records=chunk_records) as cap:
         assert np.array_equal(partition_ids(cap, 3), ids)
-        assert np.array_equal(partition_ids(cap, 3), ids)  # decided once, asked again
-        with pytest.raises(ValueError, match="decided for 3"):
-            partition_ids(cap, 4)
+        assert chunks.chunks == [] and chunks.decision is None  # the pairs let go of
+        with pytest.raises(ValueError, match="decided already"):
+            partition_ids(cap, 3)  # handed over once: the caller's is the only copy
         assert chunks.extracted.equals(payloads)
         assert _span_and_silences(cap.packets) == _span_and_silences(times)
         assert cap.packet_count == count and cap.pieces == pieces
@@ -97,6 +97,7 @@ def test_the_tick_sample_is_the_same_however_the_packets_are_cut():
         assert whole.count[k] == nonzero.shape[0]
         assert np.array_equal(np.concatenate(whole.kept[k]), nonzero[::whole.stride[k]])
         assert np.concatenate(whole.kept[k]).shape[0] <= 2 * SAMPLE_DIFFERENCES
+        assert all(a.base is None for a in cut.kept[k])  # copies: a view would keep its chunk's differences
         stride = whole.stride[k]  # the least power of two leaving at most twice SAMPLE_DIFFERENCES
         assert stride & (stride - 1) == 0 and (stride == 1 or -(-whole.count[k] // (stride // 2)) > 2 * SAMPLE_DIFFERENCES)
     assert whole.stride[0] >= 2 and whole.stride[1] == 1

@@ -67,6 +67,40 @@ def test_only_herdscope_kernels_are_marked():
     assert not hasattr(theirs.py_func, jit._KERNEL_MARK)
 
 
+def test_a_kernels_dispatcher_is_made_once_on_first_use():
+    """jit.Kernel: nothing made at decoration; threads using it first at once share one dispatcher; it
+    reads as its function (name, docstring) and pickles by name."""
+    import pickle
+    import threading
+
+    made = []
+
+    def counting(function):
+        made.append(function)
+        return njit(function)
+
+    def add_one(x):
+        """One more."""
+        return x + 1
+
+    kernel = jit.Kernel(add_one, counting)
+    assert made == [] and kernel.__name__ == "add_one" and kernel.__doc__ == "One more."
+    barrier, got = threading.Barrier(4), []
+
+    def first_use():
+        barrier.wait()
+        got.append(kernel.dispatcher)
+
+    threads = [threading.Thread(target=first_use) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(made) == 1 and all(d is got[0] for d in got) and kernel(1) == 2
+    from analyzer.kernels.silences import silence_kept
+    assert pickle.loads(pickle.dumps(silence_kept)) is silence_kept
+
+
 def test_elf_symbols_are_the_linking_module_symbols():
     _allocates(np.arange(3))
     result = _allocates.overloads[_allocates.signatures[0]]

@@ -45,7 +45,8 @@ def stall_frames(segments: pl.DataFrame, packets: pl.DataFrame, conn: int, stall
     """The connection's segments with their times, the data direction (the one that sent more
     payload bytes) as ``from_sender``, retransmissions flagged; and the stalls to shade."""
     seg = segments.filter(pl.col("conn") == conn).join(packets.select("frame", "ts_ns"), on="frame", how="left")
-    by_dir = seg.group_by("from_client").agg(pl.col("seglen").sum())
+    # summed in 64 bits: Polars sums UInt32 in 32, and a long connection sends more than 4 GiB
+    by_dir = seg.group_by("from_client").agg(pl.col("seglen").cast(pl.Int64).sum())
     client_sends = dict(by_dir.iter_rows()).get(True, 0) >= dict(by_dir.iter_rows()).get(False, 0)
     seg = seg.select(
         pl.col("ts_ns").alias("t_ns"), "frame", (pl.col("from_client") == client_sends).alias("from_sender"),
