@@ -398,7 +398,9 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
                                       row_frames)
                 codes = chunk[0]["parse_status"].to_physical().to_numpy()
                 status_counts += np.bincount(codes, minlength=len(PARSE_STATUS_NAMES))[:len(PARSE_STATUS_NAMES)]
-                ticks.add(chunk[0]["ts_ns"].to_numpy(), chunk[0]["iface"].to_numpy(), timed_packets(chunk[0]["parse_status"]))
+                rows_read = chunk[0]
+                ticks.add(rows_read["ts_ns"].to_numpy(), rows_read["iface"].to_numpy(),
+                          timed_packets(rows_read["parse_status"]))
                 rows += n
                 if narrow is not None:
                     chunk = (chunk[0].select(narrow), *chunk[1:])

@@ -204,5 +204,6 @@ def timed_packets(status: pl.Series) -> np.ndarray:
     return (status != NOT_PACKET).fill_null(True).to_numpy()
 
 
-__all__ = ["infer_tick", "effective_resolution", "TickSampler", "timed_packets", "capture_tick", "is_limited", "limited_text",
+__all__ = ["infer_tick", "effective_resolution", "TickSampler", "timed_packets", "capture_tick", "is_limited",
+           "limited_text",
            "APPROXIMATE_TICKS", "MIN_DIFFERENCES", "MIN_ON_TICK_SHARE", "MAX_TICK_NS", "SAMPLE_DIFFERENCES"]

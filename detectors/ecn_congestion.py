@@ -225,7 +225,8 @@ def flow_reactions(marked: pl.DataFrame, runs: pl.DataFrame, p: Params) -> pl.Da
     before = (_in_intervals(flows, "ts_ns", key, ivals, "run", "before_ns", "just_before_ns")
               .group_by(*key, "run")
               .agg(pl.len().alias("packets_before"), pl.col("ts_ns").min().alias("before_first"),
-                   pl.col("ts_ns").max().alias("before_last"), pl.col("payload_len").cast(pl.Int64).sum().alias("bytes_before")))
+                   pl.col("ts_ns").max().alias("before_last"),
+                   pl.col("payload_len").cast(pl.Int64).sum().alias("bytes_before")))
     lead = (_in_intervals(flows.filter(pl.col("ce")), "ts_ns", key, ivals, "run", "lead_ns", "last_cnp_ns")
             .group_by(*key, "run").agg(pl.col("ts_ns").min().alias("start_ns")))
     out = (runs.join(during, on=[*key, "run"], how="left", nulls_equal=True)

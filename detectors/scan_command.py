@@ -90,7 +90,9 @@ def _scan_group(group, cfg: ScanConfig, selection, client, local: bool, expand: 
             client = InProcess()
     # one file, nothing selected: its reading keeps of each chunk of packets what the partitioned scan
     # reads of them (analyzer.partitions.CallerChunks); otherwise they are read whole and then narrowed
-    chunked = CallerChunks(caller_silence_ns(cfg), dns_payloads) if client and len(group) == 1 and selection is None else None
+    chunked = None
+    if client and len(group) == 1 and selection is None:
+        chunked = CallerChunks(caller_silence_ns(configure(cfg.detectors, cfg.overrides)), dns_payloads)
     try:
         cap = open_captures(group, packet_columns=CALLER_PACKET_COLUMNS if client else None, reduce=chunked)
     except UnreadableCapture as exc:
@@ -152,13 +154,13 @@ def decode_on_cluster(client, cap, cfg: ScanConfig, *, local: bool, partitions: 
                                    silence_ns=shortest_silence_ns({n: configured[n] for n in on_workers}),
                                    task_frames=tuple(required_frames(on_workers)),
                                    task_packet_columns=TASK_PACKET_COLUMNS,
-                                   frame_columns=_read_columns(names), caller_silence_ns=caller_silence_ns(cfg))
+                                   frame_columns=_read_columns(names), caller_silence_ns=caller_silence_ns(configured))
 
 
-def caller_silence_ns(cfg: ScanConfig) -> int | None:
-    """The shortest silence the detectors a scan in partitions runs in its calling process read (those
-    partitioned by neither server nor client): what the caller keeps of its packets' times."""
-    configured = configure(cfg.detectors, cfg.overrides)
+def caller_silence_ns(configured: dict[str, object]) -> int | None:
+    """The shortest silence the detectors of ``configured`` (name -> Params, ``detectors.configure``)
+    that a scan in partitions runs in its calling process (those partitioned by neither server nor
+    client) read: what the caller keeps of its packets' times."""
     elsewhere = set(partitioned(list(configured), "server")) | set(partitioned(list(configured), "client"))
     return shortest_silence_ns({n: p for n, p in configured.items() if n not in elsewhere})
 
