@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 
 from . import progress
-from .ingest import DEFAULT_CHUNK_RECORDS, ChunkReduction, PacketTables, ReadReport, read_tables
+from .ingest import DEFAULT_CHUNK_RECORDS, ChunkReduction, IndexedPart, PacketTables, ReadReport, read_tables
 from .joined_map import join
 from .kernels.silences import KEEP_EVERY_TIME, thinned_times
 from .source import CaptureBytes
@@ -47,11 +47,13 @@ class Capture:
 
     def __init__(self, path: str | os.PathLike, *, chunk_records: int = DEFAULT_CHUNK_RECORDS,
                  progress: bool | None = None, kept=None, packet_columns: tuple[str, ...] | None = None,
-                 silence_ns: int | None = KEEP_EVERY_TIME, reduce: ChunkReduction | None = None, _parts=None):
+                 silence_ns: int | None = KEEP_EVERY_TIME, reduce: ChunkReduction | None = None,
+                 indexed: IndexedPart | None = None, _parts=None):
         self.path = os.fspath(path)
         if _parts is None:
             data, tables = read_tables(self.path, chunk_records=chunk_records, progress=progress, kept=kept,
-                                       packet_columns=packet_columns, silence_ns=silence_ns, reduce=reduce)
+                                       packet_columns=packet_columns, silence_ns=silence_ns, reduce=reduce,
+                                       indexed=indexed)
         else:
             data, tables = _parts
         self._data: CaptureBytes = data
@@ -264,6 +266,8 @@ class Capture:
 
     def close(self) -> None:
         self._data.close()
+        if self.reduction is not None:
+            self.reduction.close()  # what it kept on disk (a record index)
 
     def __enter__(self) -> "Capture":
         return self
@@ -387,6 +391,9 @@ class ReadPart:
     # of the whole reading's packet times, keep those its span and silences this long need
     # (analyzer.kernels.silences: SPAN_ONLY_NS, the ends; None, every time)
     silence_ns: int | None = KEEP_EVERY_TIME
+    # the whole reading's record index of its one file (analyzer.record_index): the part's rows are read
+    # from it instead of walking the file (None: walked)
+    record_index: object | None = None
 
 
 def _open_part(part: ReadPart, **options) -> Capture:
@@ -395,6 +402,11 @@ def _open_part(part: ReadPart, **options) -> Capture:
     try:
         for path, base, count in part.pieces:
             ids = part.ids[base:base + count]
+            if part.record_index is not None and len(part.pieces) == 1:
+                indexed = IndexedPart(part.record_index, np.flatnonzero(ids == part.index).astype(np.uint32) + 1,
+                                      ids != UNSELECTED)
+                caps.append(open_capture(path, indexed=indexed, silence_ns=part.silence_ns, **options))
+                continue
             caps.append(open_capture(path, kept=(ids == part.index, ids != UNSELECTED), silence_ns=part.silence_ns,
                                      **options))
     except BaseException:

@@ -58,11 +58,20 @@ def each_capture(files, per_capture, *, partitions: int | None = 1, packet_colum
             if narrow and chunked is not None:
                 narrow["reduce"] = chunked()
             with open_captures([path], **narrow) as cap:
+                say_index_warning(narrow.get("reduce"))
                 per_capture(path, cap, count)
         except UnreadableCapture as exc:
             fail(str(exc))
             code = ExitCode.UNREADABLE
     return code
+
+
+def say_index_warning(reduction) -> None:
+    """Why a reading that was to write a record index for its partitions wrote none (no room in the
+    temporary directory: they walk the file instead, ``analyzer.record_index``), on stderr."""
+    why = getattr(reduction, "index_warning", None)
+    if why:
+        fail(f"warning: {why}")
 
 
 def check_output_file(option: str, path: str | None) -> None:

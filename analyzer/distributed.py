@@ -257,7 +257,10 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
     count = partition_count(client, partitions)
     client_frames = tuple(client_frames) if client_then is not None else ()
     ids = partition_ids(cap, count)
+    # a worker elsewhere has not the caller's record index (its temporary directory): it walks the files
     reads = [read_part(cap, None, k, silence_ns) for k in range(count)]
+    if not local:
+        reads = [dataclasses.replace(r, record_index=None) for r in reads]
     if packet_columns is not None and not isinstance(cap.reduction, CallerChunks):  # it kept only what it keeps
         cap.release((), packet_columns)
         if caller_silence_ns is not KEEP_EVERY_TIME:

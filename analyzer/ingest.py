@@ -5,6 +5,7 @@ columns without copying, so memory is the memory map plus the frames plus one ch
 """
 from __future__ import annotations
 
+import dataclasses
 import struct
 import sys
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from .kernels import records as rk
 from .kernels.details import ICMP_ERROR_TYPES, ICMPV6_ERROR_TYPES, icmp_quotes, sack_blocks
 from .kernels.headers import allocate_headers
 from .kernels.intern import AddressTable
-from .kernels.reading import STOP_TABLE_FULL, read_pcap, read_pcapng
+from .kernels.reading import STOP_TABLE_FULL, read_pcap, read_pcapng, read_rows
 from .kernels.silences import KEEP_EVERY_TIME, thinned_times
 from .resolution import TickSampler, timed_packets
 from .schema import (ICMP_ERROR_COLUMNS, INTERFACE_COLUMNS, PACKET_COLUMNS, PARSE_STATUS_NAMES,
@@ -196,6 +197,55 @@ class ChunkReduction:
     def finish(self, packets: pl.DataFrame) -> pl.DataFrame:
         return packets
 
+    def records(self, recs, n: int) -> None:
+        """The walker's rows of the chunk's ``n`` records (``analyzer.kernels.records.RecordColumns``,
+        every record of the file in turn): what a record index keeps (``analyzer.record_index``)."""
+
+    def records_done(self, iface_linktypes, file_linktype: int, report: ReadReport) -> None:
+        """Every record was handed to :meth:`records`: the interfaces' link types (pcapng), the format's
+        (pcap; -1 for pcapng) and what the walk found (:class:`ReadReport`)."""
+
+    def close(self) -> None:
+        """The capture read through it is closed (``Capture.close``): delete what it keeps on disk."""
+
+
+@dataclass(frozen=True)
+class IndexedPart:
+    """A part of a file read from the record index of its whole reading (``read_tables(indexed=)``):
+    the index, the frames to keep (ascending) and which records' times its ``times`` holds (a
+    boolean per record; None: every one)."""
+
+    index: object  # analyzer.record_index.RecordIndex
+    frames: np.ndarray
+    timed: np.ndarray | None = None
+
+
+def _read_indexed(data: CaptureBytes, part: IndexedPart, capacity: int, addresses: AddressTable, take) -> None:
+    """Decode the records of ``part`` from the index's rows, ``capacity`` at a time, handing each chunk
+    to ``take`` (read_tables). A row whose bytes lie beyond the mapped file (the file changed since the
+    index was written) raises ``IndexMismatch`` before anything is decoded."""
+    from .record_index import IndexMismatch  # lazy: only a partition's reading uses it
+
+    size = len(data.buf)
+    for lo in range(0, part.frames.shape[0], capacity):
+        frames = np.ascontiguousarray(part.frames[lo:lo + capacity], np.uint32)
+        recs = part.index.rows(frames)
+        n = frames.shape[0]
+        end = recs.data_off + recs.caplen.astype(np.int64)
+        if n and (int(recs.data_off.min()) < 0 or int(end.max()) > size):
+            raise IndexMismatch(f"{data.path}: a record of the index lies beyond the file's {size:,} bytes: "
+                                f"the file changed since it was read")
+        linktype_of = part.index.linktypes_of(recs)
+        hdr = allocate_headers(n)
+        ids = (np.empty(n, np.uint32), np.empty(n, np.uint32))  # src, dst
+        done = 0
+        while True:
+            done, stop = read_rows(data.buf, recs, hdr, done, n, linktype_of, addresses.arrays(), *ids)
+            if stop != STOP_TABLE_FULL:
+                break
+            addresses.grow()
+        take(recs, hdr, ids, n, 0, frames)
+
 
 def _chunk_frames(data: CaptureBytes, recs, hdr, src_ids, dst_ids, n, first_frame, addresses: AddressTable,
                   row_frames: np.ndarray | None = None):
@@ -323,7 +373,8 @@ def part_arrays(kept: tuple[np.ndarray, np.ndarray] | None, capacity: int, first
 def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: bool | None = None,
                 data: CaptureBytes | None = None, kept: tuple[np.ndarray, np.ndarray] | None = None,
                 packet_columns: tuple[str, ...] | None = None, silence_ns: int | None = KEEP_EVERY_TIME,
-                reduce: ChunkReduction | None = None) -> tuple[CaptureBytes, PacketTables]:
+                reduce: ChunkReduction | None = None, indexed: IndexedPart | None = None
+                ) -> tuple[CaptureBytes, PacketTables]:
     """Read every record of ``path``. Raises :class:`UnreadableCapture` when the file is not a capture
     at all; damage inside a capture is reported in the returned :class:`ReadReport`.
 
@@ -338,8 +389,11 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
     ``analyzer.capture``, thins their concatenation over the files once more. ``reduce``: what is kept
     of each chunk's packets (:class:`ChunkReduction`, handed ``packet_columns`` and ``READ_COLUMNS``); the
     interfaces' effective resolution is sampled from every packet as it is read all the same
-    (``analyzer.resolution.TickSampler``), and the tables' ``rows`` says how many were read."""
-    data = data or open_bytes(path)
+    (``analyzer.resolution.TickSampler``), and the tables' ``rows`` says how many were read; it is
+    handed the walker's row of every record as well (:meth:`ChunkReduction.records`: a record index).
+    ``indexed`` (instead of ``kept``): a part read from the whole reading's record index, its records'
+    rows decoded without walking the file (:class:`IndexedPart`, ``analyzer.record_index``)."""
+    data = data or open_bytes(path, populate=indexed is None)  # a part read from an index walks no record
     buf = data.buf
     fmt = detect(bytes(buf[:PCAP_FILE_HEADER_LEN]))
     if fmt is None:
@@ -370,8 +424,28 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
     narrow = None if packet_columns is None else [c.name for c in PACKET_COLUMNS
                                                  if c.name in set(packet_columns) | set(READ_COLUMNS)]
     bar = _Progress(size, "reading", progress)
+
+    def take(recs, hdr, ids, n: int, first_frame: int, row_frames) -> None:
+        """Rows 0..n of a chunk walked (or read from the index) and decoded: into ``pieces``."""
+        nonlocal rows
+        recs, hdr = type(recs)(*_filled(recs, n, capacity)), type(hdr)(*_filled(hdr, n, capacity))
+        chunk = _chunk_frames(data, recs, hdr, *_filled(ids, n, capacity), n, first_frame, addresses, row_frames)
+        codes = chunk[0]["parse_status"].to_physical().to_numpy()
+        status_counts[:] += np.bincount(codes, minlength=len(PARSE_STATUS_NAMES))[:len(PARSE_STATUS_NAMES)]
+        rows_read = chunk[0]
+        ticks.add(rows_read["ts_ns"].to_numpy(), rows_read["iface"].to_numpy(), timed_packets(rows_read["parse_status"]))
+        rows += n
+        if narrow is not None:
+            chunk = (chunk[0].select(narrow), *chunk[1:])
+        if reduce is not None:
+            chunk = (reduce.chunk(chunk[0]), *chunk[1:])
+        pieces.append(chunk)
+
     try:
-        while True:
+        if indexed is not None:
+            _read_indexed(data, indexed, capacity, addresses, take)
+            times.append(indexed.index.times(indexed.timed, silence_ns))
+        while indexed is None:
             recs, hdr = rk.allocate_records(capacity), allocate_headers(capacity)
             ids = (np.empty(capacity, np.uint32), np.empty(capacity, np.uint32))  # src, dst
             part = part_arrays(kept, capacity, next_frame - 1)
@@ -391,35 +465,33 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
             if kept is not None:
                 times.append(thinned_times(pl.DataFrame({"frame": part[6][:n_timed].copy(),
                                                          "ts_ns": part[7][:n_timed].copy()}), silence_ns))
+            if reduce is not None and kept is None:
+                reduce.records(recs, n)  # read whole: every record walked is a row
             if n:
-                row_frames = part[5][:n].copy() if kept is not None else None
-                recs, hdr = type(recs)(*_filled(recs, n, capacity)), type(hdr)(*_filled(hdr, n, capacity))
-                chunk = _chunk_frames(data, recs, hdr, *_filled(ids, n, capacity), n, next_frame, addresses,
-                                      row_frames)
-                codes = chunk[0]["parse_status"].to_physical().to_numpy()
-                status_counts += np.bincount(codes, minlength=len(PARSE_STATUS_NAMES))[:len(PARSE_STATUS_NAMES)]
-                rows_read = chunk[0]
-                ticks.add(rows_read["ts_ns"].to_numpy(), rows_read["iface"].to_numpy(),
-                          timed_packets(rows_read["parse_status"]))
-                rows += n
-                if narrow is not None:
-                    chunk = (chunk[0].select(narrow), *chunk[1:])
-                if reduce is not None:
-                    chunk = (reduce.chunk(chunk[0]), *chunk[1:])
-                pieces.append(chunk)
+                take(recs, hdr, ids, n, next_frame, part[5][:n].copy() if kept is not None else None)
             next_frame += walked
             bar.update(off)
             if stop != rk.STOP_FULL:
                 break
+    except BaseException:
+        if reduce is not None:
+            reduce.close()  # what it wrote to disk so far
+        raise
     finally:
         bar.close()
 
-    report.records = next_frame - 1
-    if stop != rk.STOP_EOF:
-        report.stop = _stop_reason(fmt, buf, int(off), stop, bool(state[rk.ST_BIG_ENDIAN]))
-        report.stop_offset = int(off)
-        report.bytes_not_read = int(size - off)
-    report.counts = {name: int(v) for name, v in zip(rk.COUNT_NAMES, counts) if v}
+    if indexed is not None:  # the whole reading's, as a walk of the part would have found them
+        report = dataclasses.replace(indexed.index.report, counts=dict(indexed.index.report.counts))
+    else:
+        report.records = next_frame - 1
+        if stop != rk.STOP_EOF:
+            report.stop = _stop_reason(fmt, buf, int(off), stop, bool(state[rk.ST_BIG_ENDIAN]))
+            report.stop_offset = int(off)
+            report.bytes_not_read = int(size - off)
+        report.counts = {name: int(v) for name, v in zip(rk.COUNT_NAMES, counts) if v}
+    if reduce is not None and indexed is None and kept is None:
+        reduce.records_done(ifaces.linktype[:int(state[rk.ST_N_IFACES])] if fmt.kind == "pcapng" else (),
+                            fmt.linktype if fmt.kind == "pcap" else -1, report)
 
     texts = addresses.texts()
     address_enum = pl.Enum(texts)
@@ -440,12 +512,14 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
                              for c in ("inner_src", "inner_dst"))
     report.parse_status = {name: int(v) for name, v in zip(PARSE_STATUS_NAMES, status_counts) if v}
     section = _shb_options(buf, fmt.big_endian) if fmt.kind == "pcapng" else {}
-    interfaces = _interfaces_frame(fmt, buf, ifaces, int(state[rk.ST_N_IFACES]), ticks)
+    # a part read from the index walked no interface block: its reader sets the whole reading's
+    interfaces = (empty_frame(INTERFACE_COLUMNS) if indexed is not None
+                  else _interfaces_frame(fmt, buf, ifaces, int(state[rk.ST_N_IFACES]), ticks))
     tables = PacketTables(packets, sack, icmp, interfaces, report, fmt, section, address_dtype=address_enum,
                           rows=rows if reduce is not None else None)
-    if kept is not None:
+    if kept is not None or indexed is not None:
         tables.times = pl.concat(times) if times else pl.DataFrame(schema={"frame": pl.UInt32, "ts_ns": pl.Int64})
     return data, tables
 
 
-__all__ = ["read_tables", "ReadReport", "PacketTables", "ParseStatus", "ChunkReduction"]
+__all__ = ["read_tables", "ReadReport", "PacketTables", "ParseStatus", "ChunkReduction", "IndexedPart"]

@@ -62,6 +62,7 @@ from .decoders.registry import protocol_of_frame, protocols
 from .kernels.pairs import PairTable
 from .kernels.silences import KEEP_EVERY_TIME, SPAN_ONLY_NS, thinned_times
 from .messages import flow_key
+from .record_index import RecordIndex, RecordIndexWriter
 from .wide_frames import sorted_rows
 
 # frame -> the columns its builder sorts its rows by (after the ids are renumbered); a frame not
@@ -222,14 +223,40 @@ class CallerChunks(ChunkReduction):
     (frame, ts_ns) of those their span and silences of ``silence_ns`` need
     (``analyzer.kernels.silences``): what ``Capture.thin_packets`` would have left once the partitions
     were decided. The same partitions, extracted rows and times as the whole reading's, whatever the
-    size of the capture (issue 13: the caller's reading of a 100M-packet capture held 6.3 GB)."""
+    size of the capture (issue 13: the caller's reading of a 100M-packet capture held 6.3 GB). With
+    ``record_index``, it writes the file's record index as well (``analyzer.record_index``; in
+    ``index_dir``, by default the temporary directory): the partitions then read their records' rows
+    from it instead of walking the file (:func:`read_part`); :meth:`close` deletes it."""
 
-    def __init__(self, silence_ns: int | None, extract: Callable[[pl.DataFrame], pl.DataFrame] | None = None):
+    def __init__(self, silence_ns: int | None, extract: Callable[[pl.DataFrame], pl.DataFrame] | None = None, *,
+                 record_index: bool = False, index_dir: str | None = None):
         self.silence_ns, self.extract = silence_ns, extract
         self.decision = PartitionDecision()
         self.chunks: list[tuple[np.ndarray | int, np.ndarray]] = []  # (frames, or the first of a run; pairs)
         self.extracted_chunks: list[pl.DataFrame] = []
         self.decided: int | None = None  # the partitions ids() decided the packets' in
+        self._index_writer = RecordIndexWriter(index_dir) if record_index else None
+        self.record_index: RecordIndex | None = None  # once the file is read (None: no index; the partitions walk)
+        self.index_warning: str | None = None  # why there is none, when one was asked for
+
+    def records(self, recs, n: int) -> None:
+        if self._index_writer is not None:
+            self._index_writer.append(recs, n)
+
+    def records_done(self, iface_linktypes, file_linktype: int, report) -> None:
+        if self._index_writer is not None:
+            self.record_index = self._index_writer.finish(iface_linktypes, file_linktype, report)
+            self.index_warning = self._index_writer.why_not
+            self._index_writer = None
+
+    def close(self) -> None:
+        """Delete the record index (and stop writing one)."""
+        if self._index_writer is not None:
+            self._index_writer.abandon()
+            self._index_writer = None
+        if self.record_index is not None:
+            self.record_index.remove()
+            self.record_index = None
 
     def chunk(self, packets: pl.DataFrame) -> pl.DataFrame:
         pair_of = self.decision.pairs_of(packets)
@@ -279,7 +306,12 @@ def read_part(cap, ids: np.ndarray | None, index: int, silence_ns: int | None = 
     return ReadPart(pieces=tuple(cap.pieces), ids=ids, index=index, interfaces=cap.frame("interfaces"),
                     address_types={"packets": {c: cap.address_dtype for c in ("src", "dst")},
                                    "icmp_errors": {c: icmp.schema[c] for c in ("inner_src", "inner_dst")}},
-                    silence_ns=silence_ns)
+                    silence_ns=silence_ns, record_index=record_index_of(cap))
+
+
+def record_index_of(cap):
+    """The record index ``cap``'s reading wrote (:class:`CallerChunks` with ``record_index``), or None."""
+    return cap.reduction.record_index if isinstance(cap.reduction, CallerChunks) else None
 
 
 def packets_reader(cap, packet_columns: tuple[str, ...]) -> Callable[[np.ndarray], pl.DataFrame]:

@@ -211,7 +211,7 @@ def response_time_frames(cap) -> list[str]:
 def chunked_reading():
     """What the caller of :func:`decode_in_partitions` keeps of a file's packets as they are read
     (``analyzer.command.each_capture(chunked=...)``): each packet's partition, the span."""
-    return CallerChunks(SPAN_ONLY_NS)
+    return CallerChunks(SPAN_ONLY_NS, record_index=True)
 
 
 def decode_in_partitions(cap, partitions: int) -> None:

@@ -348,4 +348,4 @@ def summarize_in_partitions(cap: Capture, partitions: int) -> dict:
 def chunked_reading() -> CallerChunks:
     """What the caller of :func:`summarize_in_partitions` keeps of a file's packets as they are read
     (``analyzer.command.each_capture(chunked=...)``): their tally, each packet's partition, the span."""
-    return CallerChunks(SPAN_ONLY_NS, packet_tally)
+    return CallerChunks(SPAN_ONLY_NS, packet_tally, record_index=True)

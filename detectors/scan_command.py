@@ -14,7 +14,7 @@ import json
 import click
 import polars as pl
 
-from analyzer.command import open_captures, writing
+from analyzer.command import open_captures, say_index_warning, writing
 from analyzer.errors import ExitCode, UnreadableCapture, fail
 from analyzer.partitions import CONNECTION_FRAMES, CallerChunks, caller_packet_columns, packets_reader
 from analyzer.progress import stage
@@ -92,37 +92,42 @@ def _scan_group(group, cfg: ScanConfig, selection, client, local: bool, expand: 
     # reads of them (analyzer.partitions.CallerChunks); otherwise they are read whole and then narrowed
     chunked = None
     if client and len(group) == 1 and selection is None:
-        chunked = CallerChunks(caller_silence_ns(configure(cfg.detectors, cfg.overrides)), dns_payloads)
+        # and, when the partitions are on this machine, the record index they read instead of walking the file
+        chunked = CallerChunks(caller_silence_ns(configure(cfg.detectors, cfg.overrides)), dns_payloads,
+                               record_index=local)
     try:
         cap = open_captures(group, packet_columns=CALLER_PACKET_COLUMNS if client else None, reduce=chunked)
     except UnreadableCapture as exc:
         fail(str(exc))
         return ExitCode.UNREADABLE
-    select(cap, selection)
-    # before the partitions narrow the packets
-    payloads = (chunked.extracted if chunked else dns_payloads(cap.packets)) if client else None
-    addresses = packets_reader(cap, ("frame", "src", "dst")) if client else None  # and thin them
-    found_elsewhere = decode_on_cluster(client, cap, cfg, local=local, partitions=partitions) if client else None
-    linker = linker_params(cfg)
-    kept = incidents.retain(cap, required_frames(cfg.detectors), payloads, addresses)  # what release would free
-    findings = run_detectors(cap, cfg, release=True, found_elsewhere=found_elsewhere)
-    stage("incidents")
-    linked = incidents.link(findings, cap, linker, retained=kept)
-    listed = expanded(findings) if expand else top_level(findings)  # populations' members: --expand
-    names = cfg.detectors or list(available())
-    label = "+".join(group)
-    for warning in cap.warnings:
-        fail(f"warning: {warning}")
-    summary = capture_summary(cap, group, top_level(findings), names)
-    summary["warnings"] = list(cap.warnings)  # files read once, pieces overlapping or with a gap
-    results.append((summary, finding_records(listed, label, cap, linked), incident_records(linked, label)))
-    part_of = incidents.incident_of(linked)
-    frames.append(listed.with_columns(pl.lit(label).alias("capture"),
-                                      pl.col("finding_id").replace_strict(part_of, default=None,
-                                                                          return_dtype=pl.String).alias("incident")))
-    if at_least(top_level(findings), cfg.fail_on).height and code == ExitCode.OK:
-        code = ExitCode.FINDINGS
-    cap.close()
+    say_index_warning(chunked)
+    try:
+        select(cap, selection)
+        # before the partitions narrow the packets
+        payloads = (chunked.extracted if chunked else dns_payloads(cap.packets)) if client else None
+        addresses = packets_reader(cap, ("frame", "src", "dst")) if client else None  # and thin them
+        found_elsewhere = decode_on_cluster(client, cap, cfg, local=local, partitions=partitions) if client else None
+        linker = linker_params(cfg)
+        kept = incidents.retain(cap, required_frames(cfg.detectors), payloads, addresses)  # what release would free
+        findings = run_detectors(cap, cfg, release=True, found_elsewhere=found_elsewhere)
+        stage("incidents")
+        linked = incidents.link(findings, cap, linker, retained=kept)
+        listed = expanded(findings) if expand else top_level(findings)  # populations' members: --expand
+        names = cfg.detectors or list(available())
+        label = "+".join(group)
+        for warning in cap.warnings:
+            fail(f"warning: {warning}")
+        summary = capture_summary(cap, group, top_level(findings), names)
+        summary["warnings"] = list(cap.warnings)  # files read once, pieces overlapping or with a gap
+        results.append((summary, finding_records(listed, label, cap, linked), incident_records(linked, label)))
+        part_of = incidents.incident_of(linked)
+        frames.append(listed.with_columns(pl.lit(label).alias("capture"),
+                                          pl.col("finding_id").replace_strict(part_of, default=None,
+                                                                              return_dtype=pl.String).alias("incident")))
+        if at_least(top_level(findings), cfg.fail_on).height and code == ExitCode.OK:
+            code = ExitCode.FINDINGS
+    finally:
+        cap.close()  # and what its reading wrote to disk (a record index), whatever failed
     return code
 
 

@@ -131,3 +131,22 @@ def read_pcapng(buf, off, recs, hdr, first, table, src_ids, dst_ids, ifaces, sta
         if stop != rk.STOP_FULL:
             break
     return n, off, stop, (walked if partial else n), n_timed
+
+
+@njit(cache=True)
+def read_rows(buf, recs, hdr, first, end, linktype_of, table, src_ids, dst_ids):
+    """Decode rows ``first``..``end`` of ``recs``, records walked already (a part read from a record
+    index, ``analyzer.record_index``: no walk), as :func:`read_pcap` decodes what it walks. Returns
+    (the row after the last decoded, :data:`records.STOP_FULL` or :data:`STOP_TABLE_FULL`: grow the
+    address table and call again from that row). The caller checked every row's bytes lie in ``buf``."""
+    scratch = _address_scratch()
+    fields = np.zeros(N_FIELDS, np.int64)
+    n = first
+    while n < end:
+        if _table_full(table):
+            return n, STOP_TABLE_FULL
+        m = min(n + WALK_BATCH, end)
+        decode_block(buf, recs, n, m, linktype_of, hdr, scratch, fields)
+        _intern_batch(scratch, n, m, table, src_ids, dst_ids)
+        n = m
+    return n, rk.STOP_FULL
