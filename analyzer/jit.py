@@ -25,6 +25,11 @@ Three steps of it are replaced here (issue 13: a process's fixed cost and the 1M
   (:func:`elf_defined_symbols`) and keeps the bitcode unparsed until a compilation links the
   library into new code (:func:`_module_for_linking`), which a run with a warm cache never does.
 
+Numba itself is imported when the first kernel's dispatcher is made (:func:`numba_module`), not when a
+module defining kernels is: a command that calls none (``herdscope detectors``, which imports every
+detector, and ``--help``) does not pay for it (~0.1 s). What a kernel's code names that needs Numba to
+exist (an ``@intrinsic``) is made then too (:func:`lazy_global`).
+
 The refresh and the environments' imports are skipped for herdscope's own kernels only (functions
 decorated by :func:`njit` here, in one step: ``INSTALLED["refresh"]``):
 other cached Numba code in the same process (a ``@vectorize(cache=True)`` ufunc, whose loop wrapper
@@ -47,11 +52,11 @@ import struct
 import sys
 import threading
 
-import numba
-from numba.core import caching, codegen, environment
-from numba.core.runtime import nrt
+__all__ = ["njit", "Kernel", "INSTALLED", "CHECKED_NUMBA", "elf_defined_symbols", "lazy_global", "numba_module"]
 
-__all__ = ["njit", "Kernel", "INSTALLED", "CHECKED_NUMBA", "elf_defined_symbols"]
+# Numba itself is imported when the first kernel's dispatcher is made (numba_module), not with this
+# module: ~0.1 s that a command calling no kernel (``herdscope detectors``, ``--help``) does not pay
+numba = caching = codegen = environment = nrt = None
 
 PLAIN_LOAD_ENV = "HERDSCOPE_NUMBA_LOAD"  # "plain": kernels load the way Numba loads them
 # (lowest, highest) (major, minor) of the Numba releases whose caching and codegen classes the two
@@ -63,17 +68,55 @@ _KERNEL_MARK = "_herdscope_kernel"  # set on the Python function of every kernel
 
 def njit(*args, **options):
     """``numba.njit``, marking the function as one of herdscope's kernels (whose cached code loads
-    without the target's refresh, module doc), its dispatcher made on first use (:class:`Kernel`).
-    Used as ``@njit`` or ``@njit(cache=True, ...)``."""
+    without the target's refresh, module doc), its dispatcher made on first use (:class:`Kernel`;
+    Numba imported then). Used as ``@njit`` or ``@njit(cache=True, ...)``."""
     if len(args) == 1 and callable(args[0]) and not options:
         setattr(args[0], _KERNEL_MARK, True)
-        return Kernel(args[0], numba.njit)
-    decorate = numba.njit(*args, **options)
+        return Kernel(args[0], lambda function: numba_module().njit(function))
+
+    def decorate(function):
+        return numba_module().njit(*args, **options)(function)
 
     def mark_and_decorate(function):
         setattr(function, _KERNEL_MARK, True)
         return Kernel(function, decorate)
     return mark_and_decorate
+
+
+_LAZY_GLOBALS: list[tuple[dict, str, object]] = []  # (a module's globals, name, maker) made with Numba
+_importing = threading.RLock()  # held while Numba is imported and the steps installed
+
+
+def lazy_global(namespace: dict, name: str, make) -> None:
+    """Set ``namespace[name]`` to ``make()`` once Numba is imported (:func:`numba_module`), before any
+    kernel's dispatcher is made: what a kernel's code names that needs Numba to be made (an
+    ``@intrinsic``: ``analyzer.kernels.wire``). At once if Numba is imported already."""
+    with _importing:
+        if numba is not None:
+            namespace[name] = make()
+        else:
+            _LAZY_GLOBALS.append((namespace, name, make))
+
+
+def numba_module():
+    """Numba, imported on first use: the steps of the module doc installed, the lazy globals made."""
+    global numba, caching, codegen, environment, nrt, _numba_rebuild_env, _installed
+    if numba is not None:
+        return numba
+    with _importing:
+        if numba is None:
+            import numba as numba_package
+            from numba.core import caching as caching_module, codegen as codegen_module
+            from numba.core import environment as environment_module
+            from numba.core.runtime import nrt as nrt_module
+            caching, codegen, environment, nrt = caching_module, codegen_module, environment_module, nrt_module
+            _numba_rebuild_env = environment._rebuild_env
+            _installed = _install(numba_package)
+            for namespace, name, make in _LAZY_GLOBALS:
+                namespace[name] = make()
+            _LAZY_GLOBALS.clear()
+            numba = numba_package
+    return numba
 
 
 class Kernel:
@@ -172,7 +215,7 @@ def elf_defined_symbols(object_code: bytes) -> set[str] | None:
 
 
 _numba_load_overload = None  # Cache.load_overload as Numba defines it
-_numba_rebuild_env = environment._rebuild_env  # environment._rebuild_env as Numba defines it
+_numba_rebuild_env = None  # environment._rebuild_env as Numba defines it (numba_module)
 
 
 def _load_overload(self, sig, target_context):
@@ -250,11 +293,12 @@ def numba_version_checked(version: str) -> bool:
     return _CHECKED_FROM <= major_minor <= _CHECKED_TO
 
 
-def _install() -> dict[str, bool]:
+def _install(numba_package) -> dict[str, bool]:
     """Install what Numba's version and classes allow; which steps were installed."""
     global _numba_load_overload, _numba_unserialize, _numba_module_for_linking
     done = {"refresh": False, "linking module": False}
-    if os.environ.get(PLAIN_LOAD_ENV, "").strip().lower() == "plain" or not numba_version_checked(numba.__version__):
+    if (os.environ.get(PLAIN_LOAD_ENV, "").strip().lower() == "plain"
+            or not numba_version_checked(numba_package.__version__)):
         return done
     cache = getattr(caching, "Cache", None)
     if (cache is not None and all(hasattr(cache, n) for n in ("load_overload", "_load_overload",
@@ -278,4 +322,11 @@ def _install() -> dict[str, bool]:
     return done
 
 
-INSTALLED = _install()
+_installed: dict[str, bool] | None = None  # what _install did, once Numba is imported
+
+
+def __getattr__(name: str):
+    if name == "INSTALLED":  # which steps were installed (module doc): Numba imported to say
+        numba_module()
+        return _installed
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

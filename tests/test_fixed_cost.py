@@ -1,7 +1,7 @@
 """The fixed cost of a herdscope process (issue 13): nothing imported that the command does not use.
 
 Each test runs a command in a fresh interpreter and reads what it imported (``sys.modules`` at exit):
-``--version`` loads no Polars, NumPy or Numba; ``info`` loads no ``pyarrow.compute``.
+``--version`` loads no Polars, NumPy or Numba; ``detectors`` no Numba; ``info`` no ``pyarrow.compute``.
 """
 from __future__ import annotations
 
@@ -43,6 +43,26 @@ def one_dns_packet(tmp_path_factory) -> Path:
 def test_version_loads_no_polars_numpy_or_numba(tmp_path):
     loaded = _imported(tmp_path, "--version")
     assert not {"numba", "polars", "numpy", "pyarrow", "rich"} & loaded
+
+
+def test_the_detectors_listing_loads_no_numba(tmp_path):
+    """Numba is imported when a kernel is first called (analyzer.jit.numba_module), not when the modules
+    that define kernels are: the listing imports every detector and calls none (~0.1 s)."""
+    loaded = _imported(tmp_path, "detectors")
+    assert "detectors.herd" in loaded and not {"numba", "llvmlite"} & loaded
+
+
+def test_a_kernel_made_before_numba_was_imported_runs_and_pickles(tmp_path):
+    """In a fresh interpreter: a kernel module imported without Numba; its first call imports Numba,
+    makes the lazy intrinsic (wire's prefetch, which the record walker inlines) and runs."""
+    code = ("import sys, pickle, numpy as np; from analyzer.kernels import records as rk, wire; "
+            "assert 'numba' not in sys.modules; "
+            "buf = np.zeros(64, np.uint8); assert wire.u16be(np.array([1, 2], np.uint8), 0) == 258; "
+            "assert 'numba' in sys.modules and callable(wire._prefetch_address); "
+            "assert wire.prefetch_until(buf, 0, 200) == 64; "
+            "assert pickle.loads(pickle.dumps(wire.u16be)) is wire.u16be; print('ok')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0 and proc.stdout.strip() == b"ok", proc.stderr.decode()
 
 
 def test_info_of_one_packet_loads_no_pyarrow_compute(tmp_path, one_dns_packet):

@@ -4,12 +4,8 @@ Every reader returns int64: Numba turns arithmetic that mixes signed and unsigne
 into float64, which silently loses nanoseconds.
 """
 import numpy as np
-from llvmlite import ir
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
 
-from ..jit import njit
+from ..jit import lazy_global, njit
 
 
 @njit(cache=True, inline="always")
@@ -71,19 +67,32 @@ def next_tcp_option(buf, p, end):
     return kind, olen, p + olen
 
 
-@intrinsic
-def _prefetch_address(typingctx, buf, pos):
-    """LLVM's prefetch (read, keep in all cache levels) of the byte ``buf[pos]``; callers clamp ``pos``."""
-    def codegen(context, builder, signature, args):
-        array = context.make_array(signature.args[0])(context, builder, args[0])
-        byte_ptr = ir.IntType(8).as_pointer()
-        address = builder.bitcast(builder.gep(array.data, [args[1]]), byte_ptr)
-        i32 = ir.IntType(32)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [byte_ptr, i32, i32, i32]),
-                                            "llvm.prefetch.p0i8")
-        builder.call(fn, [address, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
-        return context.get_dummy_value()
-    return types.void(buf, pos), codegen
+def _make_prefetch_address():
+    """The intrinsic ``_prefetch_address(buf, pos)``: LLVM's prefetch (read, keep in all cache levels)
+    of the byte ``buf[pos]``; callers clamp ``pos``. Made once Numba is imported (``jit.lazy_global``:
+    an intrinsic needs Numba's and llvmlite's classes, which a command calling no kernel never imports)."""
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def _prefetch_address(typingctx, buf, pos):
+        def codegen(context, builder, signature, args):
+            array = context.make_array(signature.args[0])(context, builder, args[0])
+            byte_ptr = ir.IntType(8).as_pointer()
+            address = builder.bitcast(builder.gep(array.data, [args[1]]), byte_ptr)
+            i32 = ir.IntType(32)
+            fn = cgutils.get_or_insert_function(builder.module,
+                                                ir.FunctionType(ir.VoidType(), [byte_ptr, i32, i32, i32]),
+                                                "llvm.prefetch.p0i8")
+            builder.call(fn, [address, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+            return context.get_dummy_value()
+        return types.void(buf, pos), codegen
+    return _prefetch_address
+
+
+lazy_global(globals(), "_prefetch_address", _make_prefetch_address)
 
 
 CACHE_LINE = 64
