@@ -433,7 +433,8 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
         codes = chunk[0]["parse_status"].to_physical().to_numpy()
         status_counts[:] += np.bincount(codes, minlength=len(PARSE_STATUS_NAMES))[:len(PARSE_STATUS_NAMES)]
         rows_read = chunk[0]
-        ticks.add(rows_read["ts_ns"].to_numpy(), rows_read["iface"].to_numpy(), timed_packets(rows_read["parse_status"]))
+        ticks.add(rows_read["ts_ns"].to_numpy(), rows_read["iface"].to_numpy(),
+                  timed_packets(rows_read["parse_status"]))
         rows += n
         if narrow is not None:
             chunk = (chunk[0].select(narrow), *chunk[1:])

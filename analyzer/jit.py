@@ -105,16 +105,18 @@ def numba_module():
         return numba
     with _importing:
         if numba is None:
-            import numba as numba_package
-            from numba.core import caching as caching_module, codegen as codegen_module
-            from numba.core import environment as environment_module
-            from numba.core.runtime import nrt as nrt_module
-            caching, codegen, environment, nrt = caching_module, codegen_module, environment_module, nrt_module
-            _numba_rebuild_env = environment._rebuild_env
-            _installed = _install(numba_package)
-            for namespace, name, make in _LAZY_GLOBALS:
+            import numba as numba_package  # lazy: ~0.1 s a command calling no kernel does not pay (module doc)
+            from numba.core import caching as caching_module, codegen as codegen_module  # lazy: with Numba
+            from numba.core import environment as environment_module  # lazy: with Numba
+            from numba.core.runtime import nrt as nrt_module  # lazy: with Numba
+            if _installed is None:  # once, even if a lazy global failed to be made last time
+                caching, codegen, environment, nrt = caching_module, codegen_module, environment_module, nrt_module
+                _numba_rebuild_env = environment._rebuild_env
+                _installed = _install(numba_package)
+            while _LAZY_GLOBALS:
+                namespace, name, make = _LAZY_GLOBALS[0]
                 namespace[name] = make()
-            _LAZY_GLOBALS.clear()
+                _LAZY_GLOBALS.pop(0)
             numba = numba_package
     return numba
 

@@ -31,6 +31,7 @@ import tempfile
 import numpy as np
 import polars as pl
 
+from .errors import UnreadableCapture
 from .kernels import records as rk
 from .kernels.silences import thinned_times
 
@@ -40,8 +41,9 @@ _COLUMNS = rk.RecordColumns._fields
 TIMES_SLICE_RECORDS = 1 << 20
 
 
-class IndexMismatch(ValueError):
-    """A record of the index lies beyond the file it indexes: the file changed since it was read."""
+class IndexMismatch(UnreadableCapture):
+    """A record of the index lies beyond the file it indexes: the file changed since it was read (the
+    command says so in one line, exit 3: the input, not herdscope, is at fault)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -121,9 +121,8 @@ def _scan_group(group, cfg: ScanConfig, selection, client, local: bool, expand: 
         summary["warnings"] = list(cap.warnings)  # files read once, pieces overlapping or with a gap
         results.append((summary, finding_records(listed, label, cap, linked), incident_records(linked, label)))
         part_of = incidents.incident_of(linked)
-        frames.append(listed.with_columns(pl.lit(label).alias("capture"),
-                                          pl.col("finding_id").replace_strict(part_of, default=None,
-                                                                              return_dtype=pl.String).alias("incident")))
+        incident = pl.col("finding_id").replace_strict(part_of, default=None, return_dtype=pl.String)
+        frames.append(listed.with_columns(pl.lit(label).alias("capture"), incident.alias("incident")))
         if at_least(top_level(findings), cfg.fail_on).height and code == ExitCode.OK:
             code = ExitCode.FINDINGS
     finally:

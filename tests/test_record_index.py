@@ -20,6 +20,7 @@ import pytest
 
 from analyzer import record_index
 from analyzer.capture import open_captures
+from analyzer.errors import UnreadableCapture
 from analyzer.partitions import CallerChunks, partition_ids, read_part
 from analyzer.record_index import IndexMismatch
 from detectors.scan_command import CALLER_PACKET_COLUMNS
@@ -157,8 +158,9 @@ def test_a_file_changed_since_the_index_was_written_is_said(tmp_path):
         ids = partition_ids(cap, 2)
         with open(path, "r+b") as fh:
             fh.truncate(os.path.getsize(path) // 2)
-        with pytest.raises(IndexMismatch, match="changed since it was read"):
+        with pytest.raises(IndexMismatch, match="changed since it was read") as raised:
             _part(cap, ids, 0, None, True)
+    assert isinstance(raised.value, UnreadableCapture)  # said in one line, exit 3 (analyzer.cli)
 
 
 def test_a_reading_that_fails_leaves_no_index(tmp_path):

@@ -71,10 +71,10 @@ def _make_prefetch_address():
     """The intrinsic ``_prefetch_address(buf, pos)``: LLVM's prefetch (read, keep in all cache levels)
     of the byte ``buf[pos]``; callers clamp ``pos``. Made once Numba is imported (``jit.lazy_global``:
     an intrinsic needs Numba's and llvmlite's classes, which a command calling no kernel never imports)."""
-    from llvmlite import ir
-    from numba import types
-    from numba.core import cgutils
-    from numba.extending import intrinsic
+    from llvmlite import ir  # lazy: made once Numba is imported (jit.lazy_global)
+    from numba import types  # lazy: as above
+    from numba.core import cgutils  # lazy: as above
+    from numba.extending import intrinsic  # lazy: as above
 
     @intrinsic
     def _prefetch_address(typingctx, buf, pos):
