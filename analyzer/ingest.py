@@ -244,7 +244,7 @@ def _read_indexed(data: CaptureBytes, part: IndexedPart, capacity: int, addresse
             if stop != STOP_TABLE_FULL:
                 break
             addresses.grow()
-        take(recs, hdr, ids, n, 0, frames)
+        take(recs, hdr, ids, n, 0, frames, n)  # arrays of the chunk's rows alone: nothing to trim
 
 
 def _chunk_frames(data: CaptureBytes, recs, hdr, src_ids, dst_ids, n, first_frame, addresses: AddressTable,
@@ -425,11 +425,12 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
                                                  if c.name in set(packet_columns) | set(READ_COLUMNS)]
     bar = _Progress(size, "reading", progress)
 
-    def take(recs, hdr, ids, n: int, first_frame: int, row_frames) -> None:
-        """Rows 0..n of a chunk walked (or read from the index) and decoded: into ``pieces``."""
+    def take(recs, hdr, ids, n: int, first_frame: int, row_frames, allocated: int = capacity) -> None:
+        """Rows 0..n of a chunk walked (or read from the index) and decoded, its arrays ``allocated``
+        rows long: into ``pieces``."""
         nonlocal rows
-        recs, hdr = type(recs)(*_filled(recs, n, capacity)), type(hdr)(*_filled(hdr, n, capacity))
-        chunk = _chunk_frames(data, recs, hdr, *_filled(ids, n, capacity), n, first_frame, addresses, row_frames)
+        recs, hdr = type(recs)(*_filled(recs, n, allocated)), type(hdr)(*_filled(hdr, n, allocated))
+        chunk = _chunk_frames(data, recs, hdr, *_filled(ids, n, allocated), n, first_frame, addresses, row_frames)
         codes = chunk[0]["parse_status"].to_physical().to_numpy()
         status_counts[:] += np.bincount(codes, minlength=len(PARSE_STATUS_NAMES))[:len(PARSE_STATUS_NAMES)]
         rows_read = chunk[0]
