@@ -22,6 +22,7 @@ from .kernels.headers import allocate_headers
 from .kernels.intern import AddressTable
 from .kernels.reading import STOP_TABLE_FULL, read_pcap, read_pcapng, read_rows
 from .kernels.silences import KEEP_EVERY_TIME, thinned_times
+from .record_index import IndexMismatch, RecordIndex
 from .resolution import TickSampler, timed_packets
 from .schema import (ICMP_ERROR_COLUMNS, INTERFACE_COLUMNS, PACKET_COLUMNS, PARSE_STATUS_NAMES,
                      TCP_SACK_COLUMNS, ParseStatus, Present, empty_frame)
@@ -215,7 +216,7 @@ class IndexedPart:
     the index, the frames to keep (ascending) and which records' times its ``times`` holds (a
     boolean per record; None: every one)."""
 
-    index: object  # analyzer.record_index.RecordIndex
+    index: RecordIndex
     frames: np.ndarray
     timed: np.ndarray | None = None
 
@@ -224,8 +225,6 @@ def _read_indexed(data: CaptureBytes, part: IndexedPart, capacity: int, addresse
     """Decode the records of ``part`` from the index's rows, ``capacity`` at a time, handing each chunk
     to ``take`` (read_tables). A row whose bytes lie beyond the mapped file (the file changed since the
     index was written) raises ``IndexMismatch`` before anything is decoded."""
-    from .record_index import IndexMismatch  # lazy: only a partition's reading uses it
-
     size = len(data.buf)
     for lo in range(0, part.frames.shape[0], capacity):
         frames = np.ascontiguousarray(part.frames[lo:lo + capacity], np.uint32)

@@ -33,6 +33,7 @@ import polars as pl
 
 from .errors import UnreadableCapture
 from .kernels import records as rk
+from .kernels.headers import LINKTYPE_NOT_PACKET
 from .kernels.silences import thinned_times
 
 # the walker's columns, each a file of the index, in RecordColumns order
@@ -94,8 +95,6 @@ class RecordIndex:
 
     def linktypes_of(self, rows: rk.RecordColumns) -> np.ndarray:
         """Each row's link type, as the walkers give ``decode_block`` (``analyzer.kernels.reading``)."""
-        from .kernels.headers import LINKTYPE_NOT_PACKET  # lazy: the header kernels' module
-
         if self.file_linktype >= 0:
             return np.full(rows.kind.shape[0], self.file_linktype, np.int32)
         table = np.asarray(self.iface_linktypes + (LINKTYPE_NOT_PACKET,), np.int32)
