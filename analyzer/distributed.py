@@ -41,7 +41,8 @@ from .kernels.silences import KEEP_EVERY_TIME
 from .memory import POLARS_ALLOCATOR_ENV, worker_allocator_conf
 from .packet_readers import build_packet_readers, narrow_after_readers
 from .partitions import (MERGE_KEY_COLUMNS, TASK_KEPT_PACKET_COLUMNS, CallerChunks, FrameSet, client_buckets,
-                         connection_maps, decode_partition, merge_frames, partition_ids, read_part)
+                         connection_maps, decode_partition, merge_columns, merge_frames, merged_columns,
+                         partition_ids, read_part)
 
 INSTALL_HINT = "pip install 'herdscope[distributed]' (Dask's distributed scheduler)"
 # partitions per worker thread: a capture's servers are far from equal (on the 1M synth capture one
@@ -133,7 +134,8 @@ def _threads(client) -> int:
 def decode_partition_task(part: ReadPart, ids, names: list[str], count: int, spill_dir: str | None = None,
                           then=None, client_frames: tuple[str, ...] = (), task_frames: tuple[str, ...] = (),
                           task_packet_columns: tuple[str, ...] | None = None,
-                          frame_columns: dict[str, tuple[str, ...]] | None = None):
+                          frame_columns: dict[str, tuple[str, ...]] | None = None,
+                          caller_columns: dict[str, tuple[str, ...]] | None = None):
     """One task: the frames ``names`` of partition ``part.index`` of ``count`` (its packets alone read
     from the files, ``ids`` saying which: :func:`analyzer.partitions.partition_ids`), and what
     ``then(capture, whole_packets)`` returns (a dict of small frames, e.g. the findings of detectors
@@ -147,7 +149,10 @@ def decode_partition_task(part: ReadPart, ids, names: list[str], count: int, spi
     what the task itself keeps (``partitions.TASK_KEPT_PACKET_COLUMNS``): the rest is freed before the
     decoders run (None: nothing is); ``frame_columns``: frame -> the columns of it anything reads once
     what is built from it is, besides the merge's keys (``partitions.MERGE_KEY_COLUMNS``): the packet
-    readers' frames (``tcp_segments``) are narrowed to them then too (a frame not named is kept whole)."""
+    readers' frames (``tcp_segments``) are narrowed to them then too (a frame not named is kept whole);
+    ``caller_columns``: of the frames ``names``, what the caller reads of them once merged: what is sent
+    of such a frame is those and what the merge reads (``partitions.merge_columns``), the partition's
+    own frame (what ``then`` reads) left whole."""
     cap = open_captures([p for p, _, _ in part.pieces], part=dataclasses.replace(part, ids=ids))
     try:
         if task_packet_columns is not None:
@@ -157,6 +162,9 @@ def decode_partition_task(part: ReadPart, ids, names: list[str], count: int, spi
                                  {name: tuple(dict.fromkeys((*MERGE_KEY_COLUMNS, *columns)))
                                   for name, columns in (frame_columns or {}).items()})
         frames = decode_partition(cap, names)
+        for name, wanted in (caller_columns or {}).items():
+            if name in frames:
+                frames[name] = frames[name].select(merge_columns(name, frames[name], wanted))
         bucketed = decode_partition(cap, client_frames) if client_frames else None
         extra = then(cap, cap.whole_times) if then is not None else {}
     finally:
@@ -235,6 +243,7 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
                   partitions: int | None = None, silence_ns: int | None = KEEP_EVERY_TIME,
                   task_frames: tuple[str, ...] = (), task_packet_columns: tuple[str, ...] | None = None,
                   frame_columns: dict[str, tuple[str, ...]] | None = None,
+                  caller_columns: dict[str, tuple[str, ...]] | None = None,
                   caller_silence_ns: int | None = KEEP_EVERY_TIME) -> tuple[dict, dict]:
     """The frames ``names`` of ``cap`` (read whole here, its selection applied), decoded partition by
     partition on ``client``'s cluster, each worker reading its partition's packets alone from the
@@ -249,7 +258,8 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
     what ``then`` reads of the whole capture's packet times (:func:`analyzer.partitions.read_part`; by
     default every one). ``task_frames`` and ``task_packet_columns``: the frames ``then`` builds and
     what a task reads of its partition's packets beyond what builds the frames, and
-    ``frame_columns`` what anything reads of the frames named (:func:`decode_partition_task`).
+    ``frame_columns`` what anything reads of the frames named, and ``caller_columns`` what the caller
+    reads of the merged frames named (those alone are merged and returned; :func:`decode_partition_task`).
     ``caller_silence_ns``: with ``packet_columns``, what the caller then keeps of ``cap.packets``, the
     span and silences this long (``Capture.thin_packets``; None: every row). Of a capture read through
     ``analyzer.partitions.CallerChunks`` the caller keeps what that kept, and neither applies.
@@ -271,7 +281,7 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
         spill = stack.enter_context(tempfile.TemporaryDirectory(prefix="herdscope-")) if local else None
         decoded = [client.submit(decode_partition_task, reads[k], ids, list(names), count, spill, then,
                                  client_frames, tuple(task_frames), task_packet_columns, frame_columns,
-                                 pure=False)
+                                 caller_columns, pure=False)
                    for k in range(count)]
         heads = [client.submit(_part, d, 0, pure=False) for d in decoded]
         extras_of = [client.submit(_part, d, 1, pure=False) for d in decoded]
@@ -289,6 +299,9 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
                 raise ClusterFailure(f"a Dask worker died while decoding (out of memory?): {exc}") from exc
             raise
         merged = merge_frames(parts, conn_maps)  # before the spilled files go
+    for name, wanted in (caller_columns or {}).items():
+        if name in merged:
+            merged[name] = merged_columns(merged[name], wanted)
     extras: dict[str, list] = {}
     for extra in found:
         for name, frame in extra.items():

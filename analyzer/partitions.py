@@ -117,6 +117,26 @@ SYN, SYN_ACK = 0x02, 0x12  # tcp_flags: a SYN without ACK opens a connection to 
 PAIR_SLICE_ROWS = 1 << 20
 
 
+def merge_columns(name: str, frame: pl.DataFrame, wanted) -> tuple[str, ...]:
+    """Of ``frame`` (frame ``name`` of a partition), what to send to the merge when the merged frame's
+    readers read only ``wanted``: those, and what :func:`merge_frames` itself reads of such a frame
+    (the ids it renumbers and what says which to renumber, its ordinals, the keys it orders rows by, a
+    RoCE pair's endpoints; of a messages frame what the UDP flows are recomputed from), in the
+    frame's order. :func:`merged_columns` then keeps ``wanted`` alone."""
+    keys = {"conn", "flow", "transport", *_TCP_FLOW_COLUMNS, *ORDINALS.get(name, ()), *MERGE_ORDER.get(name, ())}
+    if "qp_pair" in frame.columns:
+        keys |= {"qp_pair", "src", "dst", "sport"}
+    if _protocol_of(name) is not None and name == f"{_protocol_of(name)}_messages":
+        keys |= {"src", "dst", "from_client"}
+    kept = keys | set(wanted)
+    return tuple(c for c in frame.columns if c in kept)
+
+
+def merged_columns(frame: pl.DataFrame, wanted) -> pl.DataFrame:
+    """Of a merged frame sent as :func:`merge_columns` says, the columns ``wanted`` (in its order)."""
+    return frame.select([c for c in frame.columns if c in set(wanted)])
+
+
 def caller_packet_columns(*columns: str) -> tuple[str, ...]:
     """What the caller of a run in partitions reads of the packets at all: ``columns`` (what the command
     itself reads of them) and those the partitioning reads (``open_captures`` adds what the joining of

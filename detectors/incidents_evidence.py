@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Callable
 
 import numpy as np
@@ -34,6 +35,10 @@ from .base import EVIDENCE_CAP
 from .incidents_dns import TYPE_A, TYPE_AAAA, answer_addresses
 
 DNS_FRAME = "dns_transactions"
+# what the linker reads of them (_dns_responses), declared as a detector declares what it reads (base.py:
+# REQUIRES, COLUMNS): a scan in partitions sends its caller no more of them (scan_command.caller_columns)
+DNS_COLUMNS = ("answered", "transport", "qtype", "ancount", "response_frame", "resource")
+READS = SimpleNamespace(REQUIRES=(DNS_FRAME,), COLUMNS={DNS_FRAME: DNS_COLUMNS})
 # what retain() reads of the packets frame: each frame's addresses, and where the DNS responses are
 PAYLOAD_COLUMNS = ("payload_offset", "payload_caplen")  # where a packet's payload is in the capture
 RETAINED_PACKET_COLUMNS = ("frame", "src", "dst", *PAYLOAD_COLUMNS)
@@ -122,7 +127,7 @@ def retain(capture, frames=None, payloads: pl.DataFrame | None = None,
 
 def _dns_responses(dns: pl.DataFrame, packets: pl.DataFrame) -> pl.DataFrame:
     """Per DNS name: the first and the last answered UDP A/AAAA response with answers, located."""
-    answered = (dns.filter(pl.col("answered") & (pl.col("transport").cast(pl.String) == "udp")
+    answered = (dns.select(DNS_COLUMNS).filter(pl.col("answered") & (pl.col("transport").cast(pl.String) == "udp")
                            & pl.col("qtype").is_in([TYPE_A, TYPE_AAAA]) & (pl.col("ancount") > 0)
                            & pl.col("response_frame").is_not_null() & pl.col("resource").is_not_null())
                 .select(pl.col("resource").str.strip_chars_end(".").str.to_lowercase().alias("name"),

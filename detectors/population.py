@@ -73,6 +73,7 @@ NAME = "population"
 # the frames the step reads (service_load): detectors.run hands it a view serving only these, and a
 # detector declaring POPULATION must require them itself, so they are built only for such detectors
 REQUIRES = ("connections",)
+COLUMNS = {"connections": ("server", "server_port", "client")}  # what service_load reads of them
 SERVICE_FROM = {
     "resource": pl.col("resource"),
     "resource_head": pl.col("resource").str.split("-").list.first(),

@@ -88,6 +88,9 @@ from .params import LOWER, UPPER, param
 NAME = "replication_conflict"
 KINDS = ("lost_update", "divergence", "probable_lost_update", "ad_conflict_object")
 REQUIRES = ("ldap_sync", "ldap_transactions", "interfaces")
+# what it reads of the transactions: a client write's outcome (replication_conflict_versions.writes)
+COLUMNS = {"ldap_transactions": ("request_frame", "response_ts_ns", "response_frame", "result_code", "client",
+                                 "client_port")}
 ORDER = 55  # where it runs and is listed (detectors/__init__.py)
 
 

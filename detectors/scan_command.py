@@ -27,7 +27,7 @@ from . import (ParameterError, at_least, available, configure, declared_columns_
                detect_partition, expanded, frames_read_here, incident_params, incidents, partitioned,
                population, required_frames, run, shortest_silence_ns, top_level)
 from .base import PACKET_COLUMNS
-from .incidents_evidence import DNS_FRAME, RETAINED_PACKET_COLUMNS, dns_payloads
+from .incidents_evidence import DNS_FRAME, READS as LINKER_READS, RETAINED_PACKET_COLUMNS, dns_payloads
 from .listing import print_detectors
 from .report import capture_summary, finding_records, incident_records, render, render_table
 from .scan_config import ScanConfig
@@ -158,7 +158,9 @@ def decode_on_cluster(client, cap, cfg: ScanConfig, *, local: bool, partitions: 
                                    silence_ns=shortest_silence_ns({n: configured[n] for n in on_workers}),
                                    task_frames=tuple(required_frames(on_workers)),
                                    task_packet_columns=TASK_PACKET_COLUMNS,
-                                   frame_columns=_read_columns(names), caller_silence_ns=caller_silence_ns(configured))
+                                   frame_columns=_read_columns(names),
+                                   caller_columns=caller_columns(names, on_workers + by_client, shipped),
+                                   caller_silence_ns=caller_silence_ns(configured))
 
 
 def caller_silence_ns(configured: dict[str, object]) -> int | None:
@@ -167,6 +169,21 @@ def caller_silence_ns(configured: dict[str, object]) -> int | None:
     client) read: what the caller keeps of its packets' times."""
     elsewhere = set(partitioned(list(configured), "server")) | set(partitioned(list(configured), "client"))
     return shortest_silence_ns({n: p for n, p in configured.items() if n not in elsewhere})
+
+
+def caller_columns(names: list[str], found_elsewhere: list[str], shipped: list[str]) -> dict[str, tuple[str, ...]]:
+    """Of the frames ``shipped`` to the caller of a scan of ``names`` in partitions, what the caller reads
+    of them, where all its readers declare theirs (COLUMNS, base.py): the detectors that run there (not
+    ``found_elsewhere``), the population step where one of ``names`` declares a POPULATION, and the
+    incident linker (its DNS evidence, incidents_evidence.READS). The tasks send no more of them
+    (``analyzer.distributed.decode_frames``): on the 10M synth capture the merged frames the caller held
+    were 190 MB, ``dns_transactions`` (107 B a row, read by the linker alone) and ``ldap_transactions``
+    (236 B a row) most of it."""
+    detectors = available()
+    readers = [detectors[n] for n in names if n not in found_elsewhere] + [LINKER_READS]
+    if any(getattr(detectors[n], "POPULATION", None) for n in names):
+        readers.append(population)
+    return {frame: tuple(sorted(wanted)) for frame, wanted in declared_columns_of(readers, shipped).items()}
 
 
 def _read_columns(names: list[str]) -> dict[str, tuple[str, ...]]:

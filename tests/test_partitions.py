@@ -436,6 +436,34 @@ def test_incidents_of_a_scan_in_partitions_read_the_evidence_addresses_from_the_
     assert code2 == code and parts == single
 
 
+@pytest.mark.parametrize("name", ["cascade-dns-krb5.pcap", "ldap-repl-conflict.pcap"])
+def test_the_caller_of_a_scan_in_partitions_is_sent_only_what_it_reads(monkeypatch, capsys, name):
+    """Of the frames merged for the caller of a scan in partitions, the columns its readers declare
+    alone come back (scan_command.caller_columns: the linker's DNS answers, replication_conflict's
+    write outcomes, the population step's services): the tasks send them and the merge's keys, and
+    the report is the scan's at once."""
+    from analyzer import distributed
+    from detectors.incidents_evidence import DNS_COLUMNS
+
+    merged: dict[str, list[str]] = {}
+    decode_into = distributed.decode_into
+
+    def watched(client, cap, names, **options):
+        found = decode_into(client, cap, names, **options)
+        merged.update({n: cap.frame(n).columns for n in names})
+        return found
+
+    code, single = _scan(SAMPLES / name)
+    monkeypatch.setattr(distributed, "decode_into", watched)
+    capsys.readouterr()
+    code2 = cli_main(["scan", "--format", "json", "--partitions", "2", str(SAMPLES / name)])
+    assert code2 == code and json.loads(capsys.readouterr().out) == single and single["findings"]
+    assert sorted(merged["dns_transactions"]) == sorted(DNS_COLUMNS)
+    assert sorted(merged["ldap_transactions"]) == sorted(detectors.replication_conflict.COLUMNS["ldap_transactions"])
+    assert sorted(merged["connections"]) == ["client", "server", "server_port"]
+    assert len(merged["ldap_sync"]) > 30  # read whole by replication_conflict: sent whole
+
+
 @pytest.mark.parametrize("pieces", [1, 3])
 def test_packets_read_again_are_the_whole_readings_rows(tmp_path, pieces):
     path = SAMPLES / "smb2-break-queue.pcap"
