@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
 import sys
 import traceback
 
@@ -25,7 +26,7 @@ import click
 
 from . import __version__
 from .command import check_output_dir, check_output_file, each_capture, open_captures, writing
-from .errors import ClusterFailure, ExitCode, HerdscopeError, OutputError, UnreadableCapture, fail
+from .errors import ClusterFailure, ExitCode, HerdscopeError, OutputError, Terminated, UnreadableCapture, fail
 
 
 def exit_codes_help(*, findings: bool = False, writes: bool = False, reads: bool = True,
@@ -40,7 +41,7 @@ def exit_codes_help(*, findings: bool = False, writes: bool = False, reads: bool
     if reads:
         lines.append("  3  unreadable input (missing, a directory, not a pcap/pcapng, no packet readable)")
     lines += ["  4  internal error (a bug: please report it with the traceback)",
-              "  141  standard output closed early (| head); 130 interrupted"]
+              "  141  standard output closed early (| head); 130 interrupted; 143 terminated"]
     return "\n".join(lines)
 
 
@@ -167,7 +168,7 @@ Exit codes:
   2  usage error (bad option, missing argument)
   3  unreadable input (missing, a directory, not a pcap/pcapng, no packet readable)
   4  internal error (a bug: please report it with the traceback)
-  141  standard output closed early (| head); 130 interrupted"""
+  141  standard output closed early (| head); 130 interrupted; 143 terminated"""
 
 
 class _StatsCommand(click.Command):
@@ -486,6 +487,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return_freed_memory_promptly()
         configure_polars_allocator()
+        signal.signal(signal.SIGTERM, _terminated)
     try:
         from .progress import stages  # lazy: light, but imports rich on a terminal (not for --help)
 
@@ -500,6 +502,9 @@ def main(argv: list[str] | None = None) -> int:
     except (click.Abort, KeyboardInterrupt):  # click turns Ctrl-C into Abort
         fail("interrupted")
         return ExitCode.INTERRUPTED
+    except Terminated:
+        fail("terminated")
+        return ExitCode.TERMINATED
     except OutputError as exc:
         fail(str(exc))
         return ExitCode.USAGE
@@ -515,6 +520,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception:  # noqa: BLE001 - the last line of defence: say it is a bug, keep the traceback
         return _internal_error()
     return int(result or ExitCode.OK)
+
+
+def _terminated(signum, frame) -> None:
+    """SIGTERM's handler in a process of its own: unwind as an exception does (errors.Terminated)."""
+    raise Terminated()
 
 
 def _internal_error() -> int:

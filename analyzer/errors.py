@@ -16,7 +16,15 @@ class ExitCode(enum.IntEnum):
     UNREADABLE = 3  # an input could not be read as a capture
     INTERNAL = 4  # a bug
     INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C
+    TERMINATED = 143  # 128 + SIGTERM: stopped (kill, a CI job's timeout), its temporary files removed
     BROKEN_PIPE = 141  # 128 + SIGPIPE: standard output was closed before all was written
+
+
+class Terminated(BaseException):
+    """The process was sent SIGTERM (:func:`analyzer.cli.main` raises it from the signal handler). A
+    BaseException, as KeyboardInterrupt is, so that nothing catching errors stops it on its way out and
+    every ``finally`` on the way runs: a scan in partitions removes its record index and spilled frames
+    (gigabytes in the temporary directory at 100M packets) instead of leaving them behind."""
 
 
 class HerdscopeError(Exception):

@@ -118,8 +118,9 @@ def _help(command: str, capsys) -> str:
 
 
 @pytest.mark.parametrize("command, codes", [
-    ("scan", {0, 1, 2, 3, 4, 130, 141}), ("show", {0, 2, 3, 4, 130, 141}), ("info", {0, 2, 3, 4, 130, 141}),
-    ("stats", {0, 2, 3, 4, 130, 141}), ("export", {0, 2, 3, 4, 130, 141}), ("detectors", {0, 2, 4, 130, 141}),
+    ("scan", {0, 1, 2, 3, 4, 130, 141, 143}), ("show", {0, 2, 3, 4, 130, 141, 143}),
+    ("info", {0, 2, 3, 4, 130, 141, 143}), ("stats", {0, 2, 3, 4, 130, 141, 143}),
+    ("export", {0, 2, 3, 4, 130, 141, 143}), ("detectors", {0, 2, 4, 130, 141, 143}),
 ])
 def test_help_lists_exactly_the_exit_codes_a_command_returns(command, codes, capsys):
     text = _help(command, capsys)

@@ -120,6 +120,30 @@ def test_partition_detectors_find_on_the_partitions_what_they_find_on_the_whole(
         assert kind in whole.filter(pl.col("detector") == "tcp_stall")["kind"].to_list()
 
 
+def test_a_scan_terminated_in_its_partitions_leaves_nothing_in_the_temporary_directory(synthetic_capture, tmp_path):
+    """SIGTERM (a CI job's timeout) while the partitions decode: exit 143 in one line, and the record
+    index and spilled frames the scan wrote (gigabytes at 100M packets) are removed on the way out."""
+    import signal
+    import time
+
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    scan = subprocess.Popen([sys.executable, "-m", "analyzer", "scan", "--partitions", "4", "--format", "json",
+                             str(synthetic_capture)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(p.name.startswith("herdscope-") for p in tmp_path.iterdir()):  # the spill: partitions began
+            assert scan.poll() is None and time.monotonic() < deadline, "the scan ended before its partitions"
+            time.sleep(0.005)
+        scan.send_signal(signal.SIGTERM)
+        _, err = scan.communicate(timeout=120)
+    finally:
+        if scan.poll() is None:
+            scan.kill()
+    assert scan.returncode == 143 and err.strip().splitlines()[-1] == "herdscope: terminated"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_full_disk_under_the_partitions_is_said_in_one_line(monkeypatch, capsys):
     """The partitions' frames go to the temporary directory (TMPDIR); when it fills up the scan says so
     and where, exit 4 as for a cluster that could not finish, not a traceback."""
