@@ -68,6 +68,7 @@ class Capture:
         # read with only these packet columns (read_tables(columns=)): nothing can be built either
         self.columns: tuple[str, ...] | None = tuple(self._frames["packets"].columns) if packet_columns else None
         self._freed: set[str] = set()  # frames built, then freed by release() / drop()
+        self._planned: dict[str, frozenset[str]] = {}  # frame -> what will be read of it (plan_columns)
         # the packets read, when ``packets`` holds fewer rows: thinned (thin_packets) or read through a
         # reduction (None: neither)
         self._packet_count: int | None = tables.rows
@@ -219,6 +220,17 @@ class Capture:
         self._frames["packets"] = thinned
         self._tables = dataclasses.replace(self._tables, packets=thinned)
         self._packet_count = count
+
+    def plan_columns(self, frame_columns: dict) -> None:
+        """Say, before they are built, what anything will read of some frames (frame -> its columns): a
+        builder may build those alone (TCP analysis, ``tcp_segments``: ``analyzer.tcp``); a frame not
+        named is built whole. What a scan knows from its readers' declarations (``detectors.run``, a
+        partition's task), which narrow the frames to the same columns once built (:meth:`narrow_frame`)."""
+        self._planned.update({name: frozenset(columns) for name, columns in frame_columns.items()})
+
+    def planned_columns(self, name: str) -> frozenset[str] | None:
+        """What :meth:`plan_columns` said will be read of frame ``name`` (None: all of it)."""
+        return self._planned.get(name)
 
     def narrow_frame(self, name: str, columns) -> None:
         """Keep of the built frame ``name`` only its columns among ``columns``, in its own order (a scan,

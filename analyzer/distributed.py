@@ -158,10 +158,10 @@ def decode_partition_task(part: ReadPart, ids, names: list[str], count: int, spi
     try:
         if task_packet_columns is not None:
             # connections too: decode_partition hands over its conn map whatever the frames asked
-            build_packet_readers(cap, (*names, *client_frames, *task_frames, "connections"))
-            narrow_after_readers(cap, tuple(dict.fromkeys((*TASK_KEPT_PACKET_COLUMNS, *task_packet_columns))),
-                                 {name: tuple(dict.fromkeys((*MERGE_KEY_COLUMNS, *columns)))
-                                  for name, columns in (frame_columns or {}).items()})
+            kept = {name: tuple(dict.fromkeys((*MERGE_KEY_COLUMNS, *columns)))
+                    for name, columns in (frame_columns or {}).items()}
+            build_packet_readers(cap, (*names, *client_frames, *task_frames, "connections"), kept)
+            narrow_after_readers(cap, tuple(dict.fromkeys((*TASK_KEPT_PACKET_COLUMNS, *task_packet_columns))), kept)
         frames = decode_partition(cap, names)
         for name, wanted in (caller_columns or {}).items():
             if name in frames:

@@ -64,9 +64,13 @@ def narrow_after_readers(cap, packet_columns, frame_columns) -> None:
             cap.narrow_frame(name, kept)
 
 
-def build_packet_readers(cap, frames) -> None:
+def build_packet_readers(cap, frames, frame_columns=None) -> None:
     """Build what the frames of ``frames`` not built yet depend on of what reads ``packets`` (module
-    doc), so that ``cap.narrow_packets`` can drop the columns nothing else reads."""
+    doc), so that ``cap.narrow_packets`` can drop the columns nothing else reads. ``frame_columns``:
+    what :func:`narrow_after_readers` will keep of them (frame -> columns), said first to their
+    builders (``Capture.plan_columns``), which may build no more."""
+    if frame_columns:
+        cap.plan_columns({name: kept for name, kept in frame_columns.items() if name in PACKET_READING_FRAMES})
     readers, payloads, udp = packet_readers([f for f in frames if not cap.built(f)])
     for name in readers:
         cap.frame(name)

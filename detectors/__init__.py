@@ -235,12 +235,11 @@ def run(capture, only: list[str] | None = None, overrides: dict[str, object] | N
     to_run = {n: p for n, p in configured.items() if n not in found_elsewhere}
     last_reader = _last_readers(to_run, detectors) if release else {}
     if release:
-        needed = frames_read_here(list(configured), list(found_elsewhere))
-        readers = [detectors[n] for n in to_run] + [population]
+        needed, readers, declared = _reads(configured, list(found_elsewhere))
         # what reads packets' other columns first (TCP analysis, the memos the decoders read), then
         # packets, and those frames (what is built from them is), narrowed to what is still read of them
-        build_packet_readers(capture, needed)
-        narrow_after_readers(capture, PACKET_COLUMNS, declared_columns_of(readers, needed))
+        build_packet_readers(capture, needed, declared)
+        narrow_after_readers(capture, PACKET_COLUMNS, declared)
         for name in needed:
             capture.frame(name)
         capture.release(needed, PACKET_COLUMNS)
@@ -330,6 +329,24 @@ def detect_frames(capture, names: list[str], overrides: dict[str, object] | None
         if release:
             capture.drop([f for f, last in last_reader.items() if last == name])
     return out
+
+
+def _reads(configured: dict[str, object], elsewhere: list[str]) -> tuple[tuple[str, ...], list, dict]:
+    """What a run of ``configured`` (name -> Params) reads here when ``elsewhere``'s findings come from
+    elsewhere: the frames (:func:`frames_read_here`), their readers (the detectors run here and the
+    population step), and what those declare they read of each frame (:func:`declared_columns_of`)."""
+    detectors = available()
+    needed = frames_read_here(list(configured), elsewhere)
+    readers = [detectors[n] for n in configured if n not in elsewhere] + [population]
+    return needed, readers, declared_columns_of(readers, needed)
+
+
+def plan_reads(capture, only: list[str] | None = None, overrides: dict[str, object] | None = None) -> None:
+    """Tell ``capture`` what a :func:`run` of these detectors with ``release`` will keep of its frames
+    (``Capture.plan_columns``), before anything builds them: a scan's incident linker builds the DNS
+    frames, and with them the TCP analysis, before the detectors run, and the TCP analysis then
+    builds only the columns of ``tcp_segments`` that are read."""
+    capture.plan_columns(_reads(configure(only, overrides), [])[2])
 
 
 def finished(found: dict[str, pl.DataFrame], capture, configured: dict[str, object]) -> dict[str, pl.DataFrame]:

@@ -25,7 +25,7 @@ from analyzer.selection import apply as select
 
 from . import (ParameterError, at_least, available, configure, declared_columns_of, describe, detect_frames,
                detect_partition, expanded, frames_read_here, incident_params, incidents, partitioned,
-               population, required_frames, run, shortest_silence_ns, top_level)
+               plan_reads, population, required_frames, run, shortest_silence_ns, top_level)
 from .base import PACKET_COLUMNS
 from .incidents_evidence import DNS_FRAME, READS as LINKER_READS, RETAINED_PACKET_COLUMNS, dns_payloads
 from .listing import print_detectors
@@ -110,6 +110,8 @@ def _scan_group(group, cfg: ScanConfig, selection, client, local: bool, expand: 
         found_elsewhere = (decode_on_cluster(client, cap, cfg, local=local, partitions=partitions, fewest=fewest)
                            if client else None)
         linker = linker_params(cfg)
+        if not client:  # before the linker builds the DNS frames, and the TCP analysis with them
+            plan_reads(cap, cfg.detectors, cfg.overrides)
         kept = incidents.retain(cap, required_frames(cfg.detectors), payloads, addresses)  # what release would free
         findings = run_detectors(cap, cfg, release=True, found_elsewhere=found_elsewhere)
         stage("incidents")

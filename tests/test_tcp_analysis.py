@@ -270,3 +270,25 @@ def test_time_going_backwards_is_never_within_a_window(read_capture):
     steps[5]["t"] = 39 * ms
     _, seg, _ = analyzed(read_capture, steps)
     assert flags_of(seg, 8) == {"fast_retransmission"}
+
+
+@pytest.mark.parametrize("name", ["tcp-incast.pcap", "smb2-break-queue.pcap"])
+def test_the_analysis_builds_only_the_planned_columns_with_the_whole_builds_values(name):
+    """Capture.plan_columns (a scan says what its readers declare): tcp_segments holds those and what is
+    built from it (payload segments, client SYNs), each the same as the whole build's; the kernel's other
+    outputs are single slots; connections is whole."""
+    from pathlib import Path
+
+    from analyzer import open_capture
+
+    path = Path(__file__).parent.parent / "samples" / name
+    with open_capture(path) as whole:
+        segments, connections = whole.frame("tcp_segments"), whole.frame("connections")
+    with open_capture(path) as planned:
+        planned.plan_columns({"tcp_segments": ("rtt_ns", "window", "frame")})
+        seg = planned.frame("tcp_segments")
+        assert seg.columns == ["frame", "ts_ns", "tcp_flags", "window", "conn", "from_client", "seglen", "rtt_ns"]
+        assert seg.equals(segments.select(seg.columns)) and seg.height > 100 and seg["rtt_ns"].null_count() < seg.height
+        assert planned.frame("connections").equals(connections)
+    out = an.allocate_analysis(1000, ["rtt_ns"])
+    assert {f: len(getattr(out, f)) for f in out._fields if len(getattr(out, f)) == 1000} == {"flags": 1000, "rtt_ns": 1000}

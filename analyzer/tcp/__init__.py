@@ -89,8 +89,27 @@ def _nullable(name: str, values: np.ndarray, null_value: int) -> pl.Series:
     return columns.series(name, values, values != null_value)
 
 
+# what is built from tcp_segments besides the detectors' reads: the payload segments every framing
+# starts from (framing.payload_segments) and tcp_client_syns (client_syns)
+_READ_BY_BUILDERS = ("frame", "ts_ns", "conn", "from_client", "tcp_flags", "seglen")
+# tcp_segments column -> the analysis output it is made of (analysis.ANALYSIS_OUTPUTS), where it is one
+_OUTPUT_OF = {"analysis": "flags", **{c: c for c in an.ANALYSIS_OUTPUTS if c in SEGMENT_DESCRIPTIONS}}
+
+
+def segment_columns(cap) -> tuple[str, ...]:
+    """The columns of ``tcp_segments`` to build: those ``cap.plan_columns`` said will be read and what is
+    built from it (all of them when nothing was said), in SEGMENT_DESCRIPTIONS' order."""
+    planned = cap.planned_columns("tcp_segments") if hasattr(cap, "planned_columns") else None
+    if planned is None:
+        return tuple(SEGMENT_DESCRIPTIONS)
+    wanted = set(planned) | set(_READ_BY_BUILDERS)
+    return tuple(c for c in SEGMENT_DESCRIPTIONS if c in wanted)
+
+
 def analyze_segments(cap, params: an.Params = an.Params()) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(tcp_segments, connections). The columns go to the kernels as NumPy views, in their own dtypes."""
+    """(tcp_segments, connections). The columns go to the kernels as NumPy views, in their own dtypes.
+    Of ``tcp_segments``, the columns :func:`segment_columns` says (the kernel's other outputs are not
+    kept: ``analysis.allocate_analysis``); ``connections`` whole."""
     tcp = cap.packets.filter(_IS_SEGMENT).select(*_ANALYSIS_COLUMNS, *_OPTION_COLUMNS, "ts_val")
     seg = {name: tcp[name].to_numpy() for name in _ANALYSIS_COLUMNS if name not in ("src", "dst", "payload_len")}
     seg["src"], seg["dst"] = (tcp[c].to_physical().to_numpy() for c in ("src", "dst"))
@@ -109,27 +128,26 @@ def analyze_segments(cap, params: an.Params = an.Params()) -> tuple[pl.DataFrame
     wscale = np.where(seg["wscale_valid"], seg["wscale"].astype(np.int16), np.int16(-1))  # -1: no option
     segs = an.Segments(conn, side, seg["ts_ns"], frames, seg["seq"], seg["ack"], flags, seg["window"], wscale,
                        seg["payload_len"], sack_start, sack_count)
-    out = an.allocate_analysis(tcp.height)
+    built = segment_columns(cap)
+    out = an.allocate_analysis(tcp.height, [_OUTPUT_OF[c] for c in built if c in _OUTPUT_OF])
     an.analyze(segs, n_conn, sack["left"].to_numpy(), sack["right"].to_numpy(), params.ooo_threshold_ns,
                params.use_handshake_rtt_for_ooo, out)
     del segs, wscale, sack_start, sack_count
     analysis = out.flags
     analysis[reused] |= an.REUSED_PORTS
 
-    seg_frame = pl.DataFrame([
-        tcp["frame"], tcp["ts_ns"], tcp["tcp_flags"], tcp["window"], pl.Series("conn", conn),
-        pl.Series("from_client", from_client), pl.Series("seq_rel", out.seq_rel),
-        columns.series("ack_rel", out.ack_rel, (flags & ACK) != 0),
-        pl.Series("seglen", seg["payload_len"]), pl.Series("analysis", analysis),
-        _nullable("dupack_num", out.dupack_num, 0), _nullable("dupack_frame", out.dupack_frame, 0),
-        _nullable("acks_frame", out.acks_frame, 0), _nullable("ack_rtt_ns", out.ack_rtt_ns, -1),
-        _nullable("rtt_ns", out.rtt_ns, -1), _nullable("bytes_in_flight", out.bytes_in_flight, -1),
-        _nullable("pipe_bytes", out.pipe_bytes, -1), _nullable("window_size", out.window_size, -1),
-        _nullable("rto_ns", out.rto_ns, -1), _nullable("rto_frame", out.rto_frame, 0),
-        _nullable("since_prev_same_dir_ns", out.since_prev_same_dir_ns, -1),
-        _nullable("initial_rtt_ns", out.initial_rtt_ns, -1),
-    ])
-    assert tuple(seg_frame.columns) == tuple(SEGMENT_DESCRIPTIONS), "tcp_segments columns out of step"
+    made = {  # each column of tcp_segments, made when it is built
+        "frame": lambda: tcp["frame"], "ts_ns": lambda: tcp["ts_ns"], "tcp_flags": lambda: tcp["tcp_flags"],
+        "window": lambda: tcp["window"], "conn": lambda: pl.Series("conn", conn),
+        "from_client": lambda: pl.Series("from_client", from_client), "seq_rel": lambda: pl.Series("seq_rel", out.seq_rel),
+        "ack_rel": lambda: columns.series("ack_rel", out.ack_rel, (flags & ACK) != 0),
+        "seglen": lambda: pl.Series("seglen", seg["payload_len"]), "analysis": lambda: pl.Series("analysis", analysis),
+        **{name: (lambda name=name, missing=missing: _nullable(name, getattr(out, name), missing))
+           for name, (_, missing) in an.ANALYSIS_OUTPUTS.items()
+           if name not in ("flags", "seq_rel", "ack_rel")},
+    }
+    assert set(made) == set(SEGMENT_DESCRIPTIONS), "tcp_segments columns out of step"
+    seg_frame = pl.DataFrame([made[name]() for name in built])
     seg.update(conn=conn, from_client=from_client, reused=reused, client_by=client_by,
                is_retransmission=(analysis & an.ANY_RETRANSMISSION) != 0)
     return seg_frame, connections_frame(seg, n_conn, tcp.schema["src"])

@@ -106,14 +106,34 @@ Analysis = namedtuple("Analysis", ["flags", "dupack_num", "dupack_frame", "acks_
                                    "since_prev_same_dir_ns", "initial_rtt_ns", "seq_rel", "ack_rel"])
 
 
-def allocate_analysis(n: int) -> Analysis:
-    """Outputs of :func:`analyze` for ``n`` segments, each at its "not measured" value (0 or -1; those
-    become nulls). ``ack_rel`` is written for segments with ACK only: that bit is its validity."""
-    return Analysis(np.zeros(n, np.uint32), np.zeros(n, np.uint32), np.zeros(n, np.uint32),
-                    np.zeros(n, np.uint32), np.full(n, -1, np.int64), np.full(n, -1, np.int64),
-                    np.full(n, -1, np.int64), np.full(n, -1, np.int64), np.full(n, -1, np.int64),
-                    np.full(n, -1, np.int64), np.zeros(n, np.uint32), np.full(n, -1, np.int64),
-                    np.full(n, -1, np.int64), np.zeros(n, np.uint32), np.zeros(n, np.uint32))
+# each output's dtype and "not measured" value (0 or -1; those become nulls)
+ANALYSIS_OUTPUTS = {"flags": (np.uint32, 0), "dupack_num": (np.uint32, 0), "dupack_frame": (np.uint32, 0),
+                    "acks_frame": (np.uint32, 0), "ack_rtt_ns": (np.int64, -1), "rtt_ns": (np.int64, -1),
+                    "bytes_in_flight": (np.int64, -1), "pipe_bytes": (np.int64, -1),
+                    "window_size": (np.int64, -1), "rto_ns": (np.int64, -1), "rto_frame": (np.uint32, 0),
+                    "since_prev_same_dir_ns": (np.int64, -1), "initial_rtt_ns": (np.int64, -1),
+                    "seq_rel": (np.uint32, 0), "ack_rel": (np.uint32, 0)}
+# what the analysis itself reads back of its outputs (a retransmission D-SACKed later is marked then)
+READ_BACK_OUTPUTS = ("flags",)
+
+
+def allocate_analysis(n: int, kept=None) -> Analysis:
+    """Outputs of :func:`analyze` for ``n`` segments, each at its "not measured" value. ``ack_rel`` is
+    written for segments with ACK only: that bit is its validity. ``kept``: the outputs wanted (None:
+    all); each other one is a single slot the kernel writes every row to (:func:`_put`), so that a scan
+    does not hold 8 bytes a segment of what nobody reads (issue 13; ``analysis.py``'s outputs are 92
+    bytes a segment, 56 of them unread by the detectors)."""
+    assert tuple(ANALYSIS_OUTPUTS) == Analysis._fields, "ANALYSIS_OUTPUTS out of step with Analysis"
+    wanted = set(ANALYSIS_OUTPUTS if kept is None else kept) | set(READ_BACK_OUTPUTS)
+    return Analysis(*(np.full(n if name in wanted else min(n, 1), missing, dtype)
+                      for name, (dtype, missing) in ANALYSIS_OUTPUTS.items()))
+
+
+@njit(cache=True, inline="always")
+def _put(values, i, value):
+    """Row ``i`` of an output of :func:`analyze` set to ``value``; an output not kept
+    (:func:`allocate_analysis`) has one slot, written whatever the row."""
+    values[min(i, values.shape[0] - 1)] = value
 
 
 @njit(cache=True)
@@ -224,7 +244,7 @@ def analyze(seg, n_conn, sack_left, sack_right, ooo_default_ns, use_hs_rtt, out)
         ta = np.int64(0)
 
         if last_ts[fwd] >= 0:
-            out.since_prev_same_dir_ns[i] = ts - last_ts[fwd]
+            _put(out.since_prev_same_dir_ns, i, ts - last_ts[fwd])
         last_ts[fwd] = ts
 
         # handshake RTT (tcp.analysis.initial_rtt): most recent SYN to the first ACK after it
@@ -234,7 +254,7 @@ def analyze(seg, n_conn, sack_left, sack_right, ooo_default_ns, use_hs_rtt, out)
         elif (flags & TH_ACK) and first_rtt[c] == 0 and mru_syn[c] != 0:
             first_rtt[c] = ts - mru_syn[c]
         if first_rtt[c]:
-            out.initial_rtt_ns[i] = first_rtt[c]
+            _put(out.initial_rtt_ns, i, first_rtt[c])
 
         # window scaling (dissect_tcpopt_wscale + verify_tcp_window_scaling)
         if flags & TH_SYN:
@@ -245,11 +265,11 @@ def analyze(seg, n_conn, sack_left, sack_right, ooo_default_ns, use_hs_rtt, out)
                 win_scale[rev] = -2
             elif (flags & TH_ACK) and win_scale[rev] == -2:
                 win_scale[fwd] = -2
-            out.window_size[i] = raw_window
+            _put(out.window_size, i, raw_window)
         elif win_scale[fwd] >= 0:
-            out.window_size[i] = raw_window << win_scale[fwd]
+            _put(out.window_size, i, raw_window << win_scale[fwd])
         elif win_scale[fwd] == -2:
-            out.window_size[i] = raw_window
+            _put(out.window_size, i, raw_window)
         # else: scaling unknown (no SYN seen): window_size stays -1 (null), as Wireshark's calc unknown
 
         # dissect_tcp, before the analysis: a resent SYN restores the highest contiguous sequence number
@@ -269,9 +289,9 @@ def analyze(seg, n_conn, sack_left, sack_right, ooo_default_ns, use_hs_rtt, out)
         if flags & TH_ACK:
             valid_bif[rev] = True
         # Wireshark's relative sequence numbers (tcp.seq / tcp.ack)
-        out.seq_rel[i] = _u32(seq - base_seq[fwd])
+        _put(out.seq_rel, i, _u32(seq - base_seq[fwd]))
         if flags & TH_ACK:
-            out.ack_rel[i] = _u32(ack - base_seq[rev])
+            _put(out.ack_rel, i, _u32(ack - base_seq[rev]))
 
         # D-SACK (RFC 2883 4): the first block below the cumulative ACK, or inside the second block
         if seg.sack_count[i] > 0 and (flags & TH_ACK):
@@ -365,8 +385,8 @@ def analyze(seg, n_conn, sack_left, sack_right, ooo_default_ns, use_hs_rtt, out)
                     and ack == lastack[fwd] and (flags & (TH_SYN | TH_FIN | TH_RST)) == 0:
                 dupacknum[fwd] = 1 if dupacknum[fwd] == -1 else dupacknum[fwd] + 1
                 ta |= DUPLICATE_ACK
-                out.dupack_num[i] = dupacknum[fwd]
-                out.dupack_frame[i] = lastnondupack[fwd]
+                _put(out.dupack_num, i, dupacknum[fwd])
+                _put(out.dupack_frame, i, lastnondupack[fwd])
 
         # finished_fwd:
         if ack != lastack[fwd]:
@@ -409,8 +429,8 @@ def analyze(seg, n_conn, sack_left, sack_right, ooo_default_ns, use_hs_rtt, out)
                         classified = True
                 if not classified and seq_not_advanced:
                     ta |= RETRANSMISSION
-                    out.rto_ns[i] = ts - nextseq_time[fwd]
-                    out.rto_frame[i] = nextseq_frame[fwd]
+                    _put(out.rto_ns, i, ts - nextseq_time[fwd])
+                    _put(out.rto_frame, i, nextseq_frame[fwd])
                     if seglen > 0 and _sack_covered(seq, _u32(seq + seglen), sk_lo, sk_hi, sk_n, fwd):
                         ta |= SACKED_RETRANSMISSION
                 if seglen > 0 and (ta & (ANY_RETRANSMISSION | OUT_OF_ORDER)):
@@ -460,9 +480,9 @@ def analyze(seg, n_conn, sack_left, sack_right, ooo_default_ns, use_hs_rtt, out)
         u = head[rev]
         while u >= 0:
             if ack == e_next_seq[u]:
-                out.acks_frame[i] = e_frame[u]
-                out.ack_rtt_ns[i] = ts - e_ts[u]
-                out.rtt_ns[i] = -1 if e_retx[u] else ts - e_ts[u]
+                _put(out.acks_frame, i, e_frame[u])
+                _put(out.ack_rtt_ns, i, ts - e_ts[u])
+                _put(out.rtt_ns, i, -1 if e_retx[u] else ts - e_ts[u])
             elif _d(ack, e_seq[u]) > 0 and _d(ack, e_next_seq[u]) <= 0:
                 e_seq[u] = ack
                 continue
@@ -505,7 +525,7 @@ def analyze(seg, n_conn, sack_left, sack_right, ooo_default_ns, use_hs_rtt, out)
                                       - np.int64(sack_left[seg.sack_start[r] + k]))
             ws_in_flight = _u32(last - first - delivered)
             if 0 < ws_in_flight < BIF_LIMIT and ws_in_flight - (1 if flags & (TH_SYN | TH_FIN) else 0) > 0:
-                out.bytes_in_flight[i] = ws_in_flight - (1 if flags & (TH_SYN | TH_FIN) else 0)
+                _put(out.bytes_in_flight, i, ws_in_flight - (1 if flags & (TH_SYN | TH_FIN) else 0))
             in_flight = last_data - first
             if 0 < in_flight < BIF_LIMIT:
                 for k in range(sk_n[fwd]):
@@ -513,6 +533,6 @@ def analyze(seg, n_conn, sack_left, sack_right, ooo_default_ns, use_hs_rtt, out)
                     hi = min(_u32(sk_hi[fwd, k] - base_seq[fwd]), last_data)
                     if hi > lo:
                         sacked += hi - lo
-                out.pipe_bytes[i] = in_flight - sacked
+                _put(out.pipe_bytes, i, in_flight - sacked)
         last_row[fwd] = i
         out.flags[i] = ta
