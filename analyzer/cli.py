@@ -114,7 +114,7 @@ def info(files: tuple[str, ...], fmt: str, partitions: int | None) -> int:
     refuse_rereading(files, partitions)
 
     def show(path, cap, count):
-        summary = summarize_in_partitions(cap, count, fewest=partitions is None)
+        summary = summarize_in_partitions(cap, count)
         if fmt == "json":
             click.echo(json.dumps(summary, sort_keys=False))
         else:
@@ -247,7 +247,7 @@ def stats(files: tuple[str, ...], fmt: str, by: str | None, start, end, hosts, p
         if cap.selection and fmt == "table":
             fail(f"{path}: selected {cap.selection['packets_selected']:,} of "
                   f"{cap.selection['packets_total']:,} packets")
-        decode_in_partitions(cap, count, fewest=partitions is None)
+        decode_in_partitions(cap, count)
         table = service_response_times(cap, by)
         if table.height == 0:
             fail(no_transactions_message(path, cap))

@@ -41,9 +41,8 @@ from .kernels.silences import KEEP_EVERY_TIME
 from .memory import POLARS_ALLOCATOR_ENV, worker_allocator_conf
 from .packet_readers import build_packet_readers, narrow_after_readers
 from .partitions import (MERGE_KEY_COLUMNS, TASK_KEPT_PACKET_COLUMNS, CallerChunks, FrameSet, client_buckets,
-                         connection_maps, decide_partitions, decode_partition, merge_columns, merge_frames,
-                         merged_columns, read_part)
-from .progress import stage
+                         connection_maps, decode_partition, merge_columns, merge_frames, merged_columns,
+                         partition_ids, read_part)
 
 INSTALL_HINT = "pip install 'herdscope[distributed]' (Dask's distributed scheduler)"
 # partitions per worker thread: a capture's servers are far from equal (on the 1M synth capture one
@@ -245,7 +244,7 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
                   task_frames: tuple[str, ...] = (), task_packet_columns: tuple[str, ...] | None = None,
                   frame_columns: dict[str, tuple[str, ...]] | None = None,
                   caller_columns: dict[str, tuple[str, ...]] | None = None,
-                  caller_silence_ns: int | None = KEEP_EVERY_TIME, fewest: bool = False) -> tuple[dict, dict]:
+                  caller_silence_ns: int | None = KEEP_EVERY_TIME) -> tuple[dict, dict]:
     """The frames ``names`` of ``cap`` (read whole here, its selection applied), decoded partition by
     partition on ``client``'s cluster, each worker reading its partition's packets alone from the
     files, and merged: the same frames as a single process builds (``analyzer.partitions``); and the
@@ -255,10 +254,7 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
     frames come back through a temporary directory. ``packet_columns``: what the caller still reads of
     ``cap.packets`` once the partitions are decided (the rest is freed while the workers decode,
     ``Capture.release``: nothing more is built from ``cap``; the merged frames are set on it).
-    ``partitions``: how many (default :data:`PARTITIONS_PER_THREAD` per worker thread); with ``fewest``,
-    at most that many, as few as keep each to its largest server or an even share of the packets
-    (``analyzer.partitions.packed_partitions``: a capture's size estimated the count, not the user).
-    ``silence_ns``:
+    ``partitions``: how many (default :data:`PARTITIONS_PER_THREAD` per worker thread). ``silence_ns``:
     what ``then`` reads of the whole capture's packet times (:func:`analyzer.partitions.read_part`; by
     default every one). ``task_frames`` and ``task_packet_columns``: the frames ``then`` builds and
     what a task reads of its partition's packets beyond what builds the frames, and
@@ -270,10 +266,7 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
     ``client`` may be :class:`InProcess`."""
     count = partition_count(client, partitions)
     client_frames = tuple(client_frames) if client_then is not None else ()
-    ids, count = decide_partitions(cap, count, fewest=fewest)
-    if fewest:
-        stage(f"decoding in {count} partition{'s' if count > 1 else ''} (servers packed up to an even share of the "
-              f"packets, each larger one alone)")
+    ids = partition_ids(cap, count)
     # a worker elsewhere has not the caller's record index (its temporary directory): it walks the files
     reads = [read_part(cap, None, k, silence_ns) for k in range(count)]
     if not local:

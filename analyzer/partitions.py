@@ -165,10 +165,10 @@ class PartitionDecision:
             self.table.add(*_pair_inputs(rows, self.served), pair_of[start:start + rows.height])
         return pair_of
 
-    def partition_of_pair(self, count: int, fewest: bool = False) -> np.ndarray:
+    def partition_of_pair(self, count: int) -> np.ndarray:
         """uint32 per pair: its partition (0 .. count-1), its server's, servers dealt by packets
-        (:func:`balanced_partitions`; with ``fewest``, :func:`packed_partitions`: up to ``count``); one
-        more entry, partition 0, for packets without a pair: index it with ``np.minimum(pair_of, len - 1)``."""
+        (:func:`balanced_partitions`); one more entry, partition 0, for packets without a pair: index
+        it with ``np.minimum(pair_of, len - 1)``."""
         lo, hi, loads, lo_serves, hi_serves, lo_syn, hi_syn = self.table.pairs()
         by_port = lo_serves | hi_serves
         server = np.where(by_port, np.where(hi_serves & ~lo_serves, hi, lo), np.where(hi_syn & ~lo_syn, hi, lo))
@@ -176,16 +176,15 @@ class PartitionDecision:
         server_loads = np.bincount(server_of_pair, weights=loads, minlength=servers.shape[0]).astype(np.int64)
         order = np.lexsort((servers, -server_loads))  # largest first, the lower code of equals first
         partition_of_server = np.empty(servers.shape[0], np.uint32)
-        deal = packed_partitions if fewest else balanced_partitions
-        partition_of_server[order] = deal(server_loads[order], count)
+        partition_of_server[order] = balanced_partitions(server_loads[order], count)
         return np.append(partition_of_server[server_of_pair], np.uint32(0))  # NO_PAIR: partition 0
 
 
-def partition_of_packets(packets: pl.DataFrame, count: int, ports, fewest: bool = False) -> pl.Series:
+def partition_of_packets(packets: pl.DataFrame, count: int, ports) -> pl.Series:
     """The partition (0 .. count-1) of each packet: its server's (:class:`PartitionDecision`)."""
     decision = PartitionDecision(ports)
     pair_of = decision.pairs_of(packets)
-    partition_of_pair = decision.partition_of_pair(count, fewest)
+    partition_of_pair = decision.partition_of_pair(count)
     np.minimum(pair_of, np.uint32(partition_of_pair.shape[0] - 1), out=pair_of)
     return pl.Series("partition", partition_of_pair[pair_of], pl.UInt32)
 
@@ -214,32 +213,6 @@ def balanced_partitions(loads: np.ndarray, count: int) -> np.ndarray:
     return out
 
 
-def packed_partitions(loads: np.ndarray, count: int) -> np.ndarray:
-    """The partition of each of these items (given largest first) where up to ``count`` partitions may
-    be used and fewer do as well: first fit into partitions of ``loads.sum() / count`` each (an item
-    larger than that alone in its own), numbered in the order they are opened; where that takes more
-    than ``count``, :func:`balanced_partitions` over ``count``. No partition then holds more than
-    :func:`balanced_partitions` would let the largest hold (one item, or at most an even share), but
-    servers smaller than an even share no longer each take a partition of their own beside the largest
-    ones: on the 40M synth capture (three servers of 9-10M packets, the rest 12M in many small ones)
-    16 partitions become 8, and each partition reads most of a file larger than the page cache
-    (``analyzer.record_index``: a 4 KiB page holds records of every server)."""
-    if count <= 1 or not len(loads):
-        return np.zeros(len(loads), np.uint32)
-    share = float(loads.sum()) / count
-    filled: list[float] = []
-    out = np.empty(len(loads), np.uint32)
-    for i, load in enumerate(loads.tolist()):
-        k = next((k for k, used in enumerate(filled) if used + load <= share), len(filled))
-        if k == len(filled):
-            if k == count:
-                return balanced_partitions(loads, count)
-            filled.append(0.0)
-        filled[k] += load
-        out[i] = k
-    return out
-
-
 def decoder_ports() -> tuple[int, ...]:
     """Every port a registered decoder listens on."""
     return tuple(sorted({port for p in protocols() for port in p.ports}))
@@ -250,27 +223,15 @@ def partition_ids(cap, count: int) -> np.ndarray:
     a selection, the selected ones), :data:`~analyzer.capture.UNSELECTED` for the rest: what
     :func:`read_part` hands a reader of one partition. Of a capture read through :class:`CallerChunks`,
     decided from the pairs it kept (once: they are let go of then)."""
-    return decide_partitions(cap, count)[0]
-
-
-def decide_partitions(cap, count: int, *, fewest: bool = False) -> tuple[np.ndarray, int]:
-    """:func:`partition_ids` and how many partitions they use: ``count``, or with ``fewest`` as few as
-    :func:`packed_partitions` needs (at most ``count``; at least 1)."""
     if not 0 < count < int(UNSELECTED):
         raise ValueError(f"partition count {count} out of range (1 .. {int(UNSELECTED) - 1})")
     records = sum(n for _, _, n in cap.pieces)
     if isinstance(cap.reduction, CallerChunks):
-        return cap.reduction.ids(count, records, fewest)
+        return cap.reduction.ids(count, records)
     ids = np.full(records, UNSELECTED, np.uint16)
     packets = cap.packets
-    partition = partition_of_packets(packets, count, decoder_ports(), fewest)
-    ids[packets["frame"].to_numpy().astype(np.int64) - 1] = partition.to_numpy()
-    return ids, _used(partition.max(), count, fewest)
-
-
-def _used(largest, count: int, fewest: bool) -> int:
-    """The partitions a decision uses: ``count``, or with ``fewest`` those up to the ``largest`` number given."""
-    return max(1, int(largest) + 1) if fewest and largest is not None else count
+    ids[packets["frame"].to_numpy().astype(np.int64) - 1] = partition_of_packets(packets, count, decoder_ports()).to_numpy()
+    return ids
 
 
 class CallerChunks(ChunkReduction):
@@ -336,14 +297,14 @@ class CallerChunks(ChunkReduction):
             return None
         return pl.concat(self.extracted_chunks) if len(self.extracted_chunks) != 1 else self.extracted_chunks[0]
 
-    def ids(self, count: int, records: int, fewest: bool = False) -> tuple[np.ndarray, int]:
-        """:func:`decide_partitions` of the packets read, in ``count`` partitions, over ``records`` frames:
+    def ids(self, count: int, records: int) -> np.ndarray:
+        """:func:`partition_ids` of the packets read, in ``count`` partitions, over ``records`` frames:
         decided once, the packets' pairs let go of then, and handed over (the caller's is the only
         reference: a second call raises)."""
         if self.decided is not None:
             raise ValueError(f"partitions decided already (for {self.decided} partitions) and handed over; "
                              f"asked again for {count}")
-        partition_of_pair = self.decision.partition_of_pair(count, fewest).astype(np.uint16)
+        partition_of_pair = self.decision.partition_of_pair(count).astype(np.uint16)
         last = np.uint32(partition_of_pair.shape[0] - 1)
         ids = np.full(records, UNSELECTED, np.uint16)
         for frames, pair_of in self.chunks:
@@ -353,7 +314,7 @@ class CallerChunks(ChunkReduction):
             else:
                 ids[frames.astype(np.int64) - 1] = partition_of_pair[pair_of]
         self.decided, self.decision, self.chunks = count, None, []
-        return ids, _used(partition_of_pair.max(), count, fewest)
+        return ids
 
 
 def read_part(cap, ids: np.ndarray | None, index: int, silence_ns: int | None = KEEP_EVERY_TIME) -> ReadPart:

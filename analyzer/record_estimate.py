@@ -171,6 +171,6 @@ def partitions_for(paths: list[str], requested: int | None) -> int:
     packets = estimated_packets(paths)
     count = automatic_partitions(packets)
     if count > 1:
-        stage(f"decode in up to {count} partitions (a capture of about {packets:,} packets; --partitions 1 "
+        stage(f"decode in {count} partitions (a capture of about {packets:,} packets; --partitions 1 "
               f"decodes it at once)")
     return count

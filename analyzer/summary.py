@@ -328,12 +328,11 @@ def summarize(cap: Capture, counted: dict[str, pl.DataFrame] | None = None, tall
     }
 
 
-def summarize_in_partitions(cap: Capture, partitions: int, *, fewest: bool = False) -> dict:
+def summarize_in_partitions(cap: Capture, partitions: int) -> dict:
     """:func:`summarize` of ``cap`` decoded in ``partitions`` server partitions one after the other
     (``herdscope info --partitions``, or a capture large enough: ``analyzer.record_estimate``), ``cap``
     opened reading :data:`PARTITIONED_PACKET_COLUMNS` of its packets: memory holds one partition's
-    TCP analysis and decoding at a time, and the summary is the same (tests/test_partitioned_commands.py).
-    ``fewest``: ``partitions`` is at most (``analyzer.distributed.decode_frames``)."""
+    TCP analysis and decoding at a time, and the summary is the same (tests/test_partitioned_commands.py)."""
     if partitions <= 1:
         return summarize(cap)
     from .distributed import decode_into  # lazy: the partitions' tasks, only for a partitioned summary
@@ -341,7 +340,7 @@ def summarize_in_partitions(cap: Capture, partitions: int, *, fewest: bool = Fal
     # read chunk by chunk (chunked_reading), or whole: then tallied before the partitions narrow the packets
     tally = cap.reduction.extracted if isinstance(cap.reduction, CallerChunks) else packet_tally(cap.packets)
     counted = decode_into(None, cap, ["connections"], then=counted_parts, packet_columns=("frame",),
-                          partitions=partitions, fewest=fewest, task_frames=damage_frames(merged_tally(tally)),
+                          partitions=partitions, task_frames=damage_frames(merged_tally(tally)),
                           task_packet_columns=TASK_PACKET_COLUMNS, frame_columns=TASK_FRAME_COLUMNS)
     return summarize(cap, counted, tally)
 

@@ -82,7 +82,6 @@ def _scan_group(group, cfg: ScanConfig, selection, client, local: bool, expand: 
     code so far, updated. Without a cluster, more than one of ``partitions`` are decoded one after the
     other in this process; without ``partitions`` either, as many as the capture's estimated size
     asks (``analyzer.record_estimate.partitions_for``)."""
-    fewest = client is None and partitions is None  # a count the capture's estimated size chose: at most that
     if client is None:
         partitions = partitions_for(group, partitions)
         if partitions > 1:
@@ -107,8 +106,7 @@ def _scan_group(group, cfg: ScanConfig, selection, client, local: bool, expand: 
         # before the partitions narrow the packets
         payloads = (chunked.extracted if chunked else dns_payloads(cap.packets)) if client else None
         addresses = packets_reader(cap, ("frame", "src", "dst")) if client else None  # and thin them
-        found_elsewhere = (decode_on_cluster(client, cap, cfg, local=local, partitions=partitions, fewest=fewest)
-                           if client else None)
+        found_elsewhere = decode_on_cluster(client, cap, cfg, local=local, partitions=partitions) if client else None
         linker = linker_params(cfg)
         if not client:  # before the linker builds the DNS frames, and the TCP analysis with them
             plan_reads(cap, cfg.detectors, cfg.overrides)
@@ -134,8 +132,8 @@ def _scan_group(group, cfg: ScanConfig, selection, client, local: bool, expand: 
     return code
 
 
-def decode_on_cluster(client, cap, cfg: ScanConfig, *, local: bool, partitions: int | None = None,
-                      fewest: bool = False) -> dict[str, pl.DataFrame]:
+def decode_on_cluster(client, cap, cfg: ScanConfig, *, local: bool, partitions: int | None = None
+                      ) -> dict[str, pl.DataFrame]:
     """Decode on the cluster: the workers build the frames, run the detectors that declare a server
     PARTITION on their partition (:func:`detectors.detect_partition`), those partitioned by client on
     the client buckets (:func:`detectors.detect_frames`), and send back those detectors' findings and
@@ -164,7 +162,7 @@ def decode_on_cluster(client, cap, cfg: ScanConfig, *, local: bool, partitions: 
                                    task_packet_columns=TASK_PACKET_COLUMNS,
                                    frame_columns=_read_columns(names),
                                    caller_columns=caller_columns(names, on_workers + by_client, shipped),
-                                   caller_silence_ns=caller_silence_ns(configured), fewest=fewest)
+                                   caller_silence_ns=caller_silence_ns(configured))
 
 
 def caller_silence_ns(configured: dict[str, object]) -> int | None:

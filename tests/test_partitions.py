@@ -27,8 +27,8 @@ from analyzer.cli import main as cli_main
 from analyzer.capture import READER_FRAMES
 from analyzer.capture import open_captures
 from analyzer.partitions import (CONNECTION_FRAMES, ORDINALS, FrameSet, balanced_partitions, client_buckets,
-                                 connection_maps, decide_partitions, decode_partition, decoder_ports, merge_frames,
-                                 packed_partitions, partition_ids, partition_of_packets, read_part)
+                                 connection_maps, decode_partition, decoder_ports, merge_frames, partition_ids,
+                                 partition_of_packets, read_part)
 from rocev2_captures import rocev2_capture
 
 ROOT = Path(__file__).parent.parent
@@ -385,40 +385,6 @@ def test_servers_are_dealt_largest_first_to_the_least_loaded_partition():
     assert balanced_partitions(loads, 3).tolist() == [0, 1, 2, 2, 1, 1, 2]
     assert balanced_partitions(loads, 1).tolist() == [0] * 7
     assert balanced_partitions(np.array([], np.int64), 4).tolist() == []
-
-
-def test_servers_smaller_than_an_even_share_are_packed_into_fewer_partitions():
-    """packed_partitions: first fit into partitions of an even share (28 / 8 = 3.5), a larger server alone;
-    more than the count allows falls back to balanced_partitions."""
-    loads = np.array([10, 6, 5, 3, 2, 1, 1])
-    assert packed_partitions(loads, 8).tolist() == [0, 1, 2, 3, 4, 4, 5]
-    assert packed_partitions(np.array([3, 3, 3, 3]), 3).tolist() == balanced_partitions(np.array([3, 3, 3, 3]), 3).tolist()
-    assert packed_partitions(loads, 1).tolist() == [0] * 7
-    assert packed_partitions(np.array([], np.int64), 4).tolist() == []
-
-
-@pytest.mark.parametrize("seed", range(20))
-def test_no_packed_partition_holds_more_than_the_balanced_rules_largest(seed):
-    """Whatever the servers: at most the count, and the largest partition no larger than the largest-first
-    rule's (so a capture's memory bound is kept while its files are read fewer times)."""
-    rng = np.random.default_rng(seed)
-    loads = np.sort(rng.pareto(1.2, rng.integers(1, 60)) * 1000 + 1).astype(np.int64)[::-1]
-    count = int(rng.integers(1, 17))
-    packed, balanced = packed_partitions(loads, count), balanced_partitions(loads, count)
-    assert packed.max(initial=0) < count
-    assert np.bincount(packed, weights=loads).max(initial=0) <= np.bincount(balanced, weights=loads).max(initial=0)
-
-
-def test_an_estimated_count_is_at_most_what_the_capture_is_decoded_in():
-    """decide_partitions(fewest=True), as a count the estimate chose is used: the packed partitions, as
-    many as they number, every packet of a partition its server's as with the count itself."""
-    with open_capture(SAMPLES / "tcp-incast.pcap") as cap:
-        ids, used = decide_partitions(cap, 12, fewest=True)
-        exact, count = decide_partitions(cap, 12)
-    assert count == 12 and 1 <= used < 12 and set(np.unique(ids).tolist()) == set(range(used))
-    # the same packets together: a partition of the packed decision is a union of the exact one's
-    pairs = np.unique(np.stack([ids, exact]), axis=1)
-    assert len(np.unique(pairs[1])) == pairs.shape[1]
 
 
 def test_partitions_are_as_even_as_the_servers_allow(synthetic_capture):

@@ -93,6 +93,5 @@ def test_a_scan_of_a_large_capture_is_partitioned_by_default_and_reports_the_sam
     monkeypatch.setattr(record_estimate, "AUTO_MIN_PACKETS", 10)
     monkeypatch.setattr(record_estimate, "PARTITION_PACKETS", _records(path) // 3 + 1)
     assert cli.main(["scan", "--format", "json", "--output", str(parts), path]) in (0, 1)
-    # up to the 3 the estimate asks: as few as hold each server alone or an even share (packed_partitions)
-    assert 2 <= tasks.count(distributed.decode_partition_task) <= 3
+    assert tasks.count(distributed.decode_partition_task) == 3
     assert json.loads(parts.read_text()) == json.loads(whole.read_text()) and json.loads(whole.read_text())["findings"]
