@@ -160,7 +160,8 @@ def decode_partition_task(part: ReadPart, ids, names: list[str], count: int, spi
             kept = {name: tuple(dict.fromkeys((*MERGE_KEY_COLUMNS, *columns)))
                     for name, columns in (frame_columns or {}).items()}
             build_packet_readers(cap, (*names, *client_frames, *task_frames, "connections"), kept)
-            narrow_after_readers(cap, tuple(dict.fromkeys((*TASK_KEPT_PACKET_COLUMNS, *task_packet_columns))), kept)
+            narrow_after_readers(cap, tuple(dict.fromkeys((*TASK_KEPT_PACKET_COLUMNS, *task_packet_columns))),
+                                 kept)
         frames = decode_partition(cap, names)
         for name, wanted in (caller_columns or {}).items():
             if name in frames:

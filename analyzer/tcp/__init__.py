@@ -139,7 +139,8 @@ def analyze_segments(cap, params: an.Params = an.Params()) -> tuple[pl.DataFrame
     made = {  # each column of tcp_segments, made when it is built
         "frame": lambda: tcp["frame"], "ts_ns": lambda: tcp["ts_ns"], "tcp_flags": lambda: tcp["tcp_flags"],
         "window": lambda: tcp["window"], "conn": lambda: pl.Series("conn", conn),
-        "from_client": lambda: pl.Series("from_client", from_client), "seq_rel": lambda: pl.Series("seq_rel", out.seq_rel),
+        "from_client": lambda: pl.Series("from_client", from_client),
+        "seq_rel": lambda: pl.Series("seq_rel", out.seq_rel),
         "ack_rel": lambda: columns.series("ack_rel", out.ack_rel, (flags & ACK) != 0),
         "seglen": lambda: pl.Series("seglen", seg["payload_len"]), "analysis": lambda: pl.Series("analysis", analysis),
         **{name: (lambda name=name, missing=missing: _nullable(name, getattr(out, name), missing))
