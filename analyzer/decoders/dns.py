@@ -332,9 +332,13 @@ def decode_messages(sets: Sequence[MessageSet]) -> pl.DataFrame:
     if len({tuple(f.schema.items()) for f in frames}) > 1:  # addresses of different captures
         frames = [f.with_columns(pl.col("src", "dst").cast(pl.String)) for f in frames]
     frame = pl.concat(frames, rechunk=False) if len(frames) > 1 else frames[0]
+    del frames  # the sets' decoded chunks go once rechunked, not while the rows are gathered
     last = frame["frame_last"].to_numpy()
     if len(last) > 1 and (np.diff(last.astype(np.int64)) < 0).any():
-        frame = frame.rechunk()[np.argsort(last, kind="stable")]  # one chunk: half the gather's time
+        # one chunk: half the gather's time; in two steps so that the chunks are freed before the gather
+        # (on the 10M synth capture's DNS server, 1.5M messages: +380 -> +280 MB over the decoding's start)
+        frame = frame.rechunk()
+        frame = frame[np.argsort(last, kind="stable")]
     return frame
 
 
@@ -395,6 +399,7 @@ def _pair(messages: pl.DataFrame, params: Params) -> _Pairing:
     keys[:, 4] = np.where(qr, sport, dport)  # server port
     keys[:, 5] = messages["id"].fill_null(0).to_numpy()
     keys[:, 6] = messages["qtype"].cast(pl.Int64).fill_null(-1).to_numpy()
+    del src, dst, sport, dport  # in keys now: 32 bytes a message less while the pairing's own arrays live
     ts = messages["ts_last_ns"].to_numpy().astype(np.int64)
     frame_last = messages["frame_last"].to_numpy().astype(np.int64)
     rows = np.flatnonzero(has_header)
