@@ -197,6 +197,11 @@ class Capture:
         self.narrow_packets(packet_columns)
         self._released = True
 
+    def forget_memos(self) -> None:
+        """Let go of the builders' memos (the TCP payload segments, the UDP packets) before what is built
+        without them (``Protocol.from_frames``; :meth:`release` lets go of them too)."""
+        self._memo.clear()
+
     def narrow_packets(self, packet_columns) -> None:
         """Keep only ``packet_columns`` of ``packets`` (in the frame and in the reader's tables, which
         hold it too), once nothing still to be built reads the others (``analyzer.packet_readers``

@@ -138,3 +138,25 @@ def test_polars_allocator_is_configured_before_polars_loads(given):
     assert conf == (given or polars_allocator_conf())
     assert worker == (given or polars_allocator_conf(1))  # a Dask worker's: one thread, one arena
     assert "narenas:" in polars_allocator_conf(4) and "background_thread:true" in polars_allocator_conf()
+
+
+def test_frames_made_from_frames_alone_build_without_the_memos_or_the_wide_packets():
+    """Protocol.from_frames is a promise a scan relies on (detectors.build_frames builds them once the
+    memos are let go of): SMB2's breaks built with neither memos nor packets' wide columns are the
+    whole build's."""
+    from pathlib import Path
+
+    from analyzer import open_capture
+    from detectors import build_frames
+
+    path = Path(__file__).parent.parent / "samples" / "smb2-break-queue.pcap"
+    with open_capture(path) as whole:
+        expected = whole.frame("smb2_breaks")
+    with open_capture(path) as cap:
+        cap.frame("smb2_messages"), cap.frame("smb2_transactions")
+        cap.forget_memos()
+        cap.narrow_packets(("frame", "ts_ns"))
+        assert cap.frame("smb2_breaks").equals(expected) and expected.height >= 1
+    with open_capture(path) as cap:
+        build_frames(cap, ["smb2_breaks", "smb2_messages"])  # the breaks after the messages, memos let go of
+        assert cap.frame("smb2_breaks").equals(expected) and not cap._memo

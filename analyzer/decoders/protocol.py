@@ -40,6 +40,9 @@ class Protocol:
     client_side: str = "service_port"  # one of CLIENT_SIDE_RULES
     message_direction: str | None = None  # "module:function" for client_side == "message"
     frames: tuple[str, ...] = ()  # every frame the decoder's builders register
+    # of those, the frames built from its other frames alone (no bytes, packets or memos): a scan builds
+    # them after the builders' memos are let go of (detectors.build_frames; SMB2's breaks)
+    from_frames: tuple[str, ...] = ()
     transactions: str | None = None  # the frame that starts with common.TRANSACTION_COMMON, if any
     # operations that set a session up or tear it down rather than do work (conn_churn's "setup")
     setup_operations: tuple[str, ...] = ()
@@ -95,6 +98,8 @@ class Protocol:
             raise ValueError(f"{self.name}: resends and resends_frame go together")
         if self.resends_frame is not None and self.resends_frame not in self.frames:
             raise ValueError(f"{self.name}: resends frame {self.resends_frame!r} is not among its frames")
+        if not set(self.from_frames) <= set(self.frames):
+            raise ValueError(f"{self.name}: from_frames {self.from_frames!r} are not all among its frames")
         if self.tcp_ports and not self.tcp_framing:
             raise ValueError(f"{self.name}: TCP ports without a framing")
 

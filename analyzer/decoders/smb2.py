@@ -46,6 +46,7 @@ __all__ = ["BREAK_COLUMNS", "MESSAGE_COLUMNS", "PROTOCOL", "TRANSACTION_COLUMNS"
 PROTOCOL = Protocol(
     name="smb2", title="SMB2", spec="MS-SMB2", tcp_ports=(445, 139), tcp_framing="nbss",  # MS-SMB2 2.1
     frames=("smb2_messages", "smb2_transactions", "smb2_breaks"), transactions="smb2_transactions",
+    from_frames=("smb2_breaks",),  # break_frame(smb2_messages, smb2_transactions)
     # MS-SMB2 3.2.4.2: a connection is negotiated, a session set up and a share connected before work
     setup_operations=("NEGOTIATE", "SESSION_SETUP", "TREE_CONNECT", "TREE_DISCONNECT", "LOGOFF", "ECHO", "CANCEL"),
     setup_words="negotiate/session setup", work_operations=("CREATE",),
