@@ -19,6 +19,7 @@ from .ingest import DEFAULT_CHUNK_RECORDS, ChunkReduction, IndexedPart, PacketTa
 from .joined_map import join
 from .kernels.silences import KEEP_EVERY_TIME, thinned_times
 from .source import CaptureBytes
+from .wide_frames import columns_among
 
 # frame name -> function(capture) -> DataFrame. Later layers register theirs at import time; they are
 # imported on the first request for a frame the reader does not make, so reading only packets (export
@@ -193,7 +194,7 @@ class Capture:
         for name in set(self._frames) - keep:
             del self._frames[name]
             self._freed.add(name)
-        self._memo.clear()
+        self.forget_memos()
         self.narrow_packets(packet_columns)
         self._released = True
 
@@ -240,9 +241,7 @@ class Capture:
     def narrow_frame(self, name: str, columns) -> None:
         """Keep of the built frame ``name`` only its columns among ``columns``, in its own order (a scan,
         once its readers' declared columns are known: detectors.narrow_to_declared)."""
-        kept = set(columns)
-        frame = self._frames[name]
-        self._frames[name] = frame.select([c for c in frame.columns if c in kept])
+        self._frames[name] = columns_among(self._frames[name], columns)
 
     def drop(self, names) -> None:
         """Forget these frames (a scan, after the last detector that reads them)."""

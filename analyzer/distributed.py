@@ -41,8 +41,8 @@ from .kernels.silences import KEEP_EVERY_TIME
 from .memory import POLARS_ALLOCATOR_ENV, worker_allocator_conf
 from .packet_readers import build_packet_readers, narrow_after_readers
 from .partitions import (MERGE_KEY_COLUMNS, TASK_KEPT_PACKET_COLUMNS, CallerChunks, FrameSet, client_buckets,
-                         connection_maps, decode_partition, merge_columns, merge_frames, merged_columns,
-                         partition_ids, read_part)
+                         connection_maps, decode_partition, merge_columns, merge_frames, partition_ids, read_part)
+from .wide_frames import columns_among
 
 INSTALL_HINT = "pip install 'herdscope[distributed]' (Dask's distributed scheduler)"
 # partitions per worker thread: a capture's servers are far from equal (on the 1M synth capture one
@@ -302,7 +302,7 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
         merged = merge_frames(parts, conn_maps)  # before the spilled files go
     for name, wanted in (caller_columns or {}).items():
         if name in merged:
-            merged[name] = merged_columns(merged[name], wanted)
+            merged[name] = columns_among(merged[name], wanted)
     extras: dict[str, list] = {}
     for extra in found:
         for name, frame in extra.items():

@@ -122,7 +122,7 @@ def merge_columns(name: str, frame: pl.DataFrame, wanted) -> tuple[str, ...]:
     readers read only ``wanted``: those, and what :func:`merge_frames` itself reads of such a frame
     (the ids it renumbers and what says which to renumber, its ordinals, the keys it orders rows by, a
     RoCE pair's endpoints; of a messages frame what the UDP flows are recomputed from), in the
-    frame's order. :func:`merged_columns` then keeps ``wanted`` alone."""
+    frame's order. The merged frame then keeps ``wanted`` alone (``wide_frames.columns_among``)."""
     keys = {"conn", "flow", "transport", *_TCP_FLOW_COLUMNS, *ORDINALS.get(name, ()), *MERGE_ORDER.get(name, ())}
     if "qp_pair" in frame.columns:
         keys |= {"qp_pair", "src", "dst", "sport"}
@@ -130,11 +130,6 @@ def merge_columns(name: str, frame: pl.DataFrame, wanted) -> tuple[str, ...]:
         keys |= {"src", "dst", "from_client"}
     kept = keys | set(wanted)
     return tuple(c for c in frame.columns if c in kept)
-
-
-def merged_columns(frame: pl.DataFrame, wanted) -> pl.DataFrame:
-    """Of a merged frame sent as :func:`merge_columns` says, the columns ``wanted`` (in its order)."""
-    return frame.select([c for c in frame.columns if c in set(wanted)])
 
 
 def caller_packet_columns(*columns: str) -> tuple[str, ...]:

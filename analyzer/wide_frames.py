@@ -44,6 +44,13 @@ def concat_in_order(frames: list[pl.DataFrame], by: tuple[str, ...], empty: pl.D
     return sorted_rows(pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0], by)
 
 
+def columns_among(frame: pl.DataFrame, wanted) -> pl.DataFrame:
+    """``frame``'s columns that are among ``wanted``, in its own order (a frame narrowed to what its
+    readers read)."""
+    kept = set(wanted)
+    return frame.select([c for c in frame.columns if c in kept])
+
+
 def selected_rows(frame: pl.DataFrame, where: pl.Expr, *columns) -> pl.DataFrame:
     """``columns`` (names or expressions) of the rows of ``frame`` where ``where`` holds, selected before
     they are filtered, so only they are copied."""
