@@ -410,6 +410,9 @@ class ReadPart:
     # the whole reading's record index of its one file (analyzer.record_index): the part's rows are read
     # from it instead of walking the file (None: walked)
     record_index: object | None = None
+    # False: the reader reads none of the whole reading's times (whole_times empty), so a part read from
+    # the record index does not work them out (its ts_ns column: 800 MB at 100M packets)
+    whole_times: bool = True
 
 
 def _open_part(part: ReadPart, **options) -> Capture:
@@ -420,7 +423,7 @@ def _open_part(part: ReadPart, **options) -> Capture:
             ids = part.ids[base:base + count]
             if part.record_index is not None and len(part.pieces) == 1:
                 indexed = IndexedPart(part.record_index, np.flatnonzero(ids == part.index).astype(np.uint32) + 1,
-                                      ids != UNSELECTED)
+                                      ids != UNSELECTED, part.whole_times)
                 caps.append(open_capture(path, indexed=indexed, silence_ns=part.silence_ns, **options))
                 continue
             caps.append(open_capture(path, kept=(ids == part.index, ids != UNSELECTED), silence_ns=part.silence_ns,

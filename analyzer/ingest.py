@@ -214,11 +214,13 @@ class ChunkReduction:
 class IndexedPart:
     """A part of a file read from the record index of its whole reading (``read_tables(indexed=)``):
     the index, the frames to keep (ascending) and which records' times its ``times`` holds (a
-    boolean per record; None: every one)."""
+    boolean per record; None: every one); ``times`` False: none are worked out (a reader of a few
+    packets that reads no time of the others: the index's ts_ns column is 8 bytes a record)."""
 
     index: RecordIndex
     frames: np.ndarray
     timed: np.ndarray | None = None
+    times: bool = True
 
 
 def _read_indexed(data: CaptureBytes, part: IndexedPart, capacity: int, addresses: AddressTable, take) -> None:
@@ -445,7 +447,8 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
     try:
         if indexed is not None:
             _read_indexed(data, indexed, capacity, addresses, take)
-            times.append(indexed.index.times(indexed.timed, silence_ns))
+            if indexed.times:
+                times.append(indexed.index.times(indexed.timed, silence_ns))
         while indexed is None:
             recs, hdr = rk.allocate_records(capacity), allocate_headers(capacity)
             ids = (np.empty(capacity, np.uint32), np.empty(capacity, np.uint32))  # src, dst

@@ -336,7 +336,7 @@ def packets_reader(cap, packet_columns: tuple[str, ...]) -> Callable[[np.ndarray
     every packet, reads of a few of them at the end (the incident linker: the addresses of the
     findings' evidence frames). Each call walks the files' records once (as a partition does) and
     decodes only those asked for."""
-    template = read_part(cap, None, 0, SPAN_ONLY_NS)
+    template = dataclasses.replace(read_part(cap, None, 0, SPAN_ONLY_NS), whole_times=False)  # no time read
     records = sum(n for _, _, n in cap.pieces)
 
     def read(frames) -> pl.DataFrame:

@@ -100,7 +100,8 @@ def test_the_damaged_file_is_read_as_the_walk_read_it(tmp_path):
 
 
 def test_the_evidence_read_back_uses_the_index(monkeypatch):
-    """The linker's read of a few frames' addresses (``packets_reader``) reads their rows, not the file."""
+    """The linker's read of a few frames' addresses (``packets_reader``) reads their rows, not the file,
+    nor the index's times (it reads no time)."""
     from analyzer.partitions import packets_reader
 
     path = SAMPLES / "smb2-break-queue.pcap"
@@ -115,6 +116,7 @@ def test_the_evidence_read_back_uses_the_index(monkeypatch):
         def no_walk(*args, **kwargs):
             raise AssertionError("walked the file")
         monkeypatch.setattr("analyzer.ingest.read_pcap", no_walk)
+        monkeypatch.setattr(record_index.RecordIndex, "times", lambda *a, **k: (_ for _ in ()).throw(AssertionError("times")))
         got = read([400, 3, 51, 50]).cast({"src": str, "dst": str})
     assert got.equals(expected)
 
