@@ -35,6 +35,13 @@ def _load_builders() -> None:
         importlib.import_module(module)
 
 
+def builder_of(name: str) -> Callable[["Capture"], pl.DataFrame]:
+    """The function that builds frame ``name`` (KeyError for a name no layer registers)."""
+    if name not in FRAME_BUILDERS:
+        _load_builders()
+    return FRAME_BUILDERS[name]
+
+
 def frame_builder(name: str):
     """Decorator: register the function that builds frame ``name`` from a Capture."""
     def register(fn):

@@ -41,7 +41,8 @@ from .kernels.silences import KEEP_EVERY_TIME
 from .memory import POLARS_ALLOCATOR_ENV, worker_allocator_conf
 from .packet_readers import build_packet_readers, narrow_after_readers
 from .partitions import (MERGE_KEY_COLUMNS, TASK_KEPT_PACKET_COLUMNS, CallerChunks, FrameSet, client_buckets,
-                         connection_maps, decode_partition, merge_columns, merge_frames, partition_ids, read_part)
+                         connection_maps, decode_partition, merge_columns, merge_frames, read_part, sharded_ids)
+from .shards import MergedShards, shard_frames, with_server_frames
 from .wide_frames import columns_among
 
 INSTALL_HINT = "pip install 'herdscope[distributed]' (Dask's distributed scheduler)"
@@ -135,7 +136,7 @@ def decode_partition_task(part: ReadPart, ids, names: list[str], count: int, spi
                           then=None, client_frames: tuple[str, ...] = (), task_frames: tuple[str, ...] = (),
                           task_packet_columns: tuple[str, ...] | None = None,
                           frame_columns: dict[str, tuple[str, ...]] | None = None,
-                          caller_columns: dict[str, tuple[str, ...]] | None = None):
+                          caller_columns: dict[str, tuple[str, ...]] | None = None, hand_over=None):
     """One task: the frames ``names`` of partition ``part.index`` of ``count`` (its packets alone read
     from the files, ``ids`` saying which: :func:`analyzer.partitions.partition_ids`), and what
     ``then(capture, whole_packets)`` returns (a dict of small frames, e.g. the findings of detectors
@@ -152,7 +153,9 @@ def decode_partition_task(part: ReadPart, ids, names: list[str], count: int, spi
     readers' frames (``tcp_segments``) are narrowed to them then too (a frame not named is kept whole);
     ``caller_columns``: of the frames ``names``, what the caller reads of them once merged: what is sent
     of such a frame is those and what the merge reads (``partitions.merge_columns``), the partition's
-    own frame (what ``then`` reads) left whole."""
+    own frame (what ``then`` reads) left whole. ``hand_over(capture)``, on a shard of a cut server: the
+    frames it hands to its server's task (:func:`server_task`), returned fourth with the whole
+    capture's packet times as ``packets`` (None elsewhere)."""
     cap = open_captures([p for p, _, _ in part.pieces], part=dataclasses.replace(part, ids=ids))
     try:
         if task_packet_columns is not None:
@@ -167,14 +170,19 @@ def decode_partition_task(part: ReadPart, ids, names: list[str], count: int, spi
             if name in frames:
                 frames[name] = frames[name].select(merge_columns(name, frames[name], wanted))
         bucketed = decode_partition(cap, client_frames) if client_frames else None
+        handed = None
+        if hand_over is not None:
+            handed = {**hand_over(cap), "packets": cap.whole_times}
+            if spill_dir is not None:  # written before then's detectors run beside it
+                handed = _spill(handed, spill_dir, f"{part.index}-shard")
         extra = then(cap, cap.whole_times) if then is not None else {}
     finally:
         cap.close()
     buckets = client_buckets(bucketed, count) if bucketed is not None else []
     if spill_dir is None:
-        return frames, extra, buckets
+        return frames, extra, buckets, handed
     return (_spill(frames, spill_dir, f"{part.index}"), extra,
-            [_spill(b, spill_dir, f"{part.index}-client{j}") for j, b in enumerate(buckets)])
+            [_spill(b, spill_dir, f"{part.index}-client{j}") for j, b in enumerate(buckets)], handed)
 
 
 def _spill(frames: dict[str, pl.DataFrame], spill_dir: str, stem: str) -> dict[str, str]:
@@ -225,6 +233,20 @@ def client_bucket_task(pieces: list[dict], conn_maps: list[pl.DataFrame], shared
     return then(FrameSet({**shared["frames"], **merged}, **facts))
 
 
+def server_task(shards: list[dict], conn_maps: list[pl.DataFrame], names: tuple[str, ...], shared: dict,
+                then) -> dict:
+    """One task of the second stage for a server cut into shards (``analyzer.shards``): the
+    frames its shards handed over (``hand_over`` of :func:`decode_partition_task`), merged with the
+    whole run's connection numbers (``conn_maps``, the shards' partitions') into the frames ``names``
+    its partition whole would have built, each when first read (:class:`~analyzer.shards.MergedShards`),
+    with the whole capture's packet times (the same in each shard) and the caller's ``shared`` frames and
+    facts, handed to ``then(frame_set)``; returns what it returns (a dict of small frames)."""
+    frames = {**shared["frames"], "packets": _Spilled(shards[0])["packets"]}
+    facts = {k: v for k, v in shared.items() if k != "frames"}
+    return then(MergedShards([_Spilled({n: f for n, f in s.items() if n != "packets"}) for s in shards], conn_maps,
+                             names, frames, **facts))
+
+
 def _part(result, k: int):
     return result[k]
 
@@ -245,7 +267,8 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
                   task_frames: tuple[str, ...] = (), task_packet_columns: tuple[str, ...] | None = None,
                   frame_columns: dict[str, tuple[str, ...]] | None = None,
                   caller_columns: dict[str, tuple[str, ...]] | None = None,
-                  caller_silence_ns: int | None = KEEP_EVERY_TIME) -> tuple[dict, dict]:
+                  caller_silence_ns: int | None = KEEP_EVERY_TIME, shards: bool = False, shard_then=None,
+                  hand_over=None, server_then=None, server_frames: tuple[str, ...] = ()) -> tuple[dict, dict]:
     """The frames ``names`` of ``cap`` (read whole here, its selection applied), decoded partition by
     partition on ``client``'s cluster, each worker reading its partition's packets alone from the
     files, and merged: the same frames as a single process builds (``analyzer.partitions``); and the
@@ -264,12 +287,23 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
     ``caller_silence_ns``: with ``packet_columns``, what the caller then keeps of ``cap.packets``, the
     span and silences this long (``Capture.thin_packets``; None: every row). Of a capture read through
     ``analyzer.partitions.CallerChunks`` the caller keeps what that kept, and neither applies.
+    ``shards``, ``shard_then``, ``hand_over``, ``server_then`` and ``server_frames``: given (one of the
+    first three), a server with more than an even share of the packets is cut by client into shards,
+    each a partition of its own (``analyzer.shards``), where ``shard_then`` runs instead
+    of ``then`` and ``hand_over(capture)`` makes what ``server_then(frame_set)`` reads of the server
+    whole, ``server_frames`` (:func:`server_task`); ``then`` runs on the other partitions. The frames
+    of ``names`` that a server's state across its clients decides (``shards.SERVER_STATE_FRAMES``)
+    are then built here on their sources merged (``shards.with_server_frames``).
     ``client`` may be :class:`InProcess`."""
     count = partition_count(client, partitions)
     client_frames = tuple(client_frames) if client_then is not None else ()
-    ids = partition_ids(cap, count)
+    ids, groups = sharded_ids(cap, count, shards or shard_then is not None or hand_over is not None)
+    in_shard = {k for g in groups for k in g}
+    asked = list(names)
+    if groups:  # what a server's state across its clients decides is built here, on the merged sources
+        names = list(shard_frames(names))
     # a worker elsewhere has not the caller's record index (its temporary directory): it walks the files
-    reads = [read_part(cap, None, k, silence_ns) for k in range(count)]
+    reads = [read_part(cap, None, k, silence_ns) for k in range(count + len(in_shard))]
     if not local:
         reads = [dataclasses.replace(r, record_index=None) for r in reads]
     if packet_columns is not None and not isinstance(cap.reduction, CallerChunks):  # it kept only what it keeps
@@ -280,16 +314,22 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
     ids = client.scatter(ids, broadcast=True)
     with contextlib.ExitStack() as stack:
         spill = stack.enter_context(tempfile.TemporaryDirectory(prefix="herdscope-")) if local else None
-        decoded = [client.submit(decode_partition_task, reads[k], ids, list(names), count, spill, then,
-                                 client_frames, tuple(task_frames), task_packet_columns, frame_columns,
-                                 caller_columns, pure=False)
-                   for k in range(count)]
+        decoded = [client.submit(decode_partition_task, reads[k], ids, list(names), count, spill,
+                                 shard_then if k in in_shard else then, client_frames, tuple(task_frames),
+                                 task_packet_columns, frame_columns, caller_columns,
+                                 hand_over if k in in_shard else None, pure=False)
+                   for k in range(len(reads))]
         heads = [client.submit(_part, d, 0, pure=False) for d in decoded]
         extras_of = [client.submit(_part, d, 1, pure=False) for d in decoded]
         try:
             parts = [_Spilled(frames) for frames in client.gather(heads)]  # read as they are merged
             conn_maps = connection_maps(parts)
             found = client.gather(extras_of)
+            if hand_over is not None and groups:
+                servers = [client.submit(server_task, [client.submit(_part, decoded[k], 3, pure=False) for k in g],
+                                         [conn_maps[k] for k in g], tuple(server_frames), shared or {}, server_then,
+                                         pure=False) for g in groups]
+                found += client.gather(servers)
             if client_frames:
                 bucketed = [client.submit(client_bucket_task,
                                           [client.submit(_bucket, d, j, pure=False) for d in decoded], conn_maps,
@@ -300,6 +340,8 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
                 raise ClusterFailure(f"a Dask worker died while decoding (out of memory?): {exc}") from exc
             raise
         merged = merge_frames(parts, conn_maps)  # before the spilled files go
+    if groups:
+        merged = with_server_frames(merged, asked)
     for name, wanted in (caller_columns or {}).items():
         if name in merged:
             merged[name] = columns_among(merged[name], wanted)

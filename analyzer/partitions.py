@@ -39,6 +39,10 @@ run's rows, ids and order:
 Checked on every sample (``tests/test_partitions.py``): every frame the detectors read is the whole
 run's, the ordinals above aside, and so are the findings.
 
+**Shards** (:meth:`PartitionDecision.dealt` with ``shards``): a server with more than an even share of
+the packets is cut by client into shards, each a partition of its own; ``analyzer.shards`` says how
+and what a cut server's task merges.
+
 **Client buckets** (:func:`client_buckets`): a detector that follows one client across its servers
 (incast: a client's many servers answering at once) needs every connection of that client, and a
 server partition holds only some of them. So a server partition's connection frames
@@ -164,15 +168,45 @@ class PartitionDecision:
         """uint32 per pair: its partition (0 .. count-1), its server's, servers dealt by packets
         (:func:`balanced_partitions`); one more entry, partition 0, for packets without a pair: index
         it with ``np.minimum(pair_of, len - 1)``."""
+        return self.dealt(count)[0]
+
+    def dealt(self, count: int, shards: bool = False) -> tuple[np.ndarray, list[list[int]]]:
+        """:meth:`partition_of_pair`, and with ``shards`` every server with more than an even share of
+        the packets (``count``-th of them) cut by client into shards (module doc, *Shards*; ``analyzer.shards``): its address
+        pairs dealt largest first into as many shards as hold its packets at that share (no more than
+        its pairs), each shard a partition of its own numbered after the ``count`` of the other servers.
+        Returns the partition of each pair (and the last entry, for packets without one) and, per
+        server so cut (in address-code order), the partitions of its shards."""
         lo, hi, loads, lo_serves, hi_serves, lo_syn, hi_syn = self.table.pairs()
         by_port = lo_serves | hi_serves
         server = np.where(by_port, np.where(hi_serves & ~lo_serves, hi, lo), np.where(hi_syn & ~lo_syn, hi, lo))
         servers, server_of_pair = np.unique(server, return_inverse=True)
         server_loads = np.bincount(server_of_pair, weights=loads, minlength=servers.shape[0]).astype(np.int64)
-        order = np.lexsort((servers, -server_loads))  # largest first, the lower code of equals first
-        partition_of_server = np.empty(servers.shape[0], np.uint32)
+        share = -(-int(loads.sum()) // count) if shards and count > 1 else None
+        cuts = _shard_counts(server_loads, np.bincount(server_of_pair, minlength=servers.shape[0]), share)
+        whole = np.flatnonzero(cuts == 1)
+        order = whole[np.lexsort((servers[whole], -server_loads[whole]))]  # largest first, the lower code first
+        partition_of_server = np.zeros(servers.shape[0], np.uint32)
         partition_of_server[order] = balanced_partitions(server_loads[order], count)
-        return np.append(partition_of_server[server_of_pair], np.uint32(0))  # NO_PAIR: partition 0
+        partition_of_pair = partition_of_server[server_of_pair]
+        groups, first = [], count
+        for cut in np.flatnonzero(cuts > 1):  # servers in code order; each one's pairs largest first
+            pairs = np.flatnonzero(server_of_pair == cut)
+            pairs = pairs[np.lexsort((pairs, -loads[pairs]))]
+            partition_of_pair[pairs] = first + balanced_partitions(loads[pairs], int(cuts[cut]))
+            groups.append(list(range(first, first + int(cuts[cut]))))
+            first += int(cuts[cut])
+        if first >= int(UNSELECTED):
+            raise ValueError(f"partition count {first} out of range (1 .. {int(UNSELECTED) - 1})")
+        return np.append(partition_of_pair, np.uint32(0)), groups  # NO_PAIR: partition 0
+
+
+def _shard_counts(server_loads: np.ndarray, server_pairs: np.ndarray, share: int | None) -> np.ndarray:
+    """How many shards each server is cut into: 1 (whole) unless ``share`` is given and its packets are
+    more than that; then as many as hold them at that size, but no more than its address pairs."""
+    if share is None:
+        return np.ones(server_loads.shape[0], np.int64)
+    return np.maximum(1, np.minimum(-(-server_loads // max(1, share)), server_pairs))
 
 
 def partition_of_packets(packets: pl.DataFrame, count: int, ports) -> pl.Series:
@@ -218,15 +252,26 @@ def partition_ids(cap, count: int) -> np.ndarray:
     a selection, the selected ones), :data:`~analyzer.capture.UNSELECTED` for the rest: what
     :func:`read_part` hands a reader of one partition. Of a capture read through :class:`CallerChunks`,
     decided from the pairs it kept (once: they are let go of then)."""
+    return sharded_ids(cap, count, shards=False)[0]
+
+
+def sharded_ids(cap, count: int, shards: bool) -> tuple[np.ndarray, list[list[int]]]:
+    """:func:`partition_ids`, with ``shards`` the servers above an even share cut into shards of their
+    clients (:meth:`PartitionDecision.dealt`): the ids, and per server so cut the partitions of its
+    shards (numbered from ``count`` on)."""
     if not 0 < count < int(UNSELECTED):
         raise ValueError(f"partition count {count} out of range (1 .. {int(UNSELECTED) - 1})")
     records = sum(n for _, _, n in cap.pieces)
     if isinstance(cap.reduction, CallerChunks):
-        return cap.reduction.ids(count, records)
-    ids = np.full(records, UNSELECTED, np.uint16)
+        return cap.reduction.ids(count, records, shards)
+    decision = PartitionDecision(decoder_ports())
     packets = cap.packets
-    ids[packets["frame"].to_numpy().astype(np.int64) - 1] = partition_of_packets(packets, count, decoder_ports()).to_numpy()
-    return ids
+    pair_of = decision.pairs_of(packets)
+    partition_of_pair, groups = decision.dealt(count, shards)
+    np.minimum(pair_of, np.uint32(partition_of_pair.shape[0] - 1), out=pair_of)
+    ids = np.full(records, UNSELECTED, np.uint16)
+    ids[packets["frame"].to_numpy().astype(np.int64) - 1] = partition_of_pair[pair_of]
+    return ids, groups
 
 
 class CallerChunks(ChunkReduction):
@@ -292,14 +337,15 @@ class CallerChunks(ChunkReduction):
             return None
         return pl.concat(self.extracted_chunks) if len(self.extracted_chunks) != 1 else self.extracted_chunks[0]
 
-    def ids(self, count: int, records: int) -> np.ndarray:
-        """:func:`partition_ids` of the packets read, in ``count`` partitions, over ``records`` frames:
+    def ids(self, count: int, records: int, shards: bool = False) -> tuple[np.ndarray, list[list[int]]]:
+        """:func:`sharded_ids` of the packets read, in ``count`` partitions, over ``records`` frames:
         decided once, the packets' pairs let go of then, and handed over (the caller's is the only
         reference: a second call raises)."""
         if self.decided is not None:
             raise ValueError(f"partitions decided already (for {self.decided} partitions) and handed over; "
                              f"asked again for {count}")
-        partition_of_pair = self.decision.partition_of_pair(count).astype(np.uint16)
+        partition_of_pair, groups = self.decision.dealt(count, shards)
+        partition_of_pair = partition_of_pair.astype(np.uint16)
         last = np.uint32(partition_of_pair.shape[0] - 1)
         ids = np.full(records, UNSELECTED, np.uint16)
         for frames, pair_of in self.chunks:
@@ -309,7 +355,7 @@ class CallerChunks(ChunkReduction):
             else:
                 ids[frames.astype(np.int64) - 1] = partition_of_pair[pair_of]
         self.decided, self.decision, self.chunks = count, None, []
-        return ids
+        return ids, groups
 
 
 def read_part(cap, ids: np.ndarray | None, index: int, silence_ns: int | None = KEEP_EVERY_TIME) -> ReadPart:
@@ -471,15 +517,16 @@ def _ordinal_bases(parts, name: str, frames: list[pl.DataFrame]) -> list[dict[st
     return bases
 
 
-def merge_frames(parts: list[dict[str, pl.DataFrame]], conn_maps: list[pl.DataFrame] | None = None
-                 ) -> dict[str, pl.DataFrame]:
+def merge_frames(parts: list[dict[str, pl.DataFrame]], conn_maps: list[pl.DataFrame] | None = None,
+                 only=None) -> dict[str, pl.DataFrame]:
     """The whole run's frames from the partitions' (:func:`decode_partition`; module doc). ``conn_maps``:
     the partitions' conn maps over every partition (:func:`connection_maps`), where ``parts`` are
-    client buckets of them (:func:`client_buckets`); by default they are worked out from ``parts``."""
+    client buckets of them (:func:`client_buckets`); by default they are worked out from ``parts``.
+    ``only``: those frames alone (the others are not read; by default every one)."""
     conn_maps = connection_maps(parts) if conn_maps is None else conn_maps
     udp_maps: dict[str, list | None] = {}
     merged = {}
-    for name in (n for n in parts[0] if n not in (_CONN_MAP, _ADDRESSES)):
+    for name in (n for n in parts[0] if n not in (_CONN_MAP, _ADDRESSES) and (only is None or n in only)):
         protocol = _protocol_of(name)
         if protocol is not None and protocol not in udp_maps:
             udp_maps[protocol] = _udp_flow_maps(parts, protocol)
@@ -542,3 +589,8 @@ class FrameSet:
 
     def set_frame(self, name: str, frame: pl.DataFrame) -> None:
         self._frames[name] = frame
+
+    def drop(self, names) -> None:
+        """Let go of frames ``names`` (``Capture.drop``: a detector run that reads them no more)."""
+        for name in names:
+            self._frames.pop(name, None)

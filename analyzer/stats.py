@@ -218,14 +218,15 @@ def decode_in_partitions(cap, partitions: int) -> None:
     """Build the frames of :func:`response_time_frames` in ``partitions`` server partitions one after the
     other (``herdscope stats --partitions``, or a capture large enough: ``analyzer.record_estimate``),
     ``cap`` opened reading :data:`PARTITIONED_PACKET_COLUMNS` of its packets and its selection applied:
-    memory holds one partition's decoding at a time and the merged transactions, and the response
-    times are the same (tests/test_partitioned_commands.py). Nothing is done for one partition."""
+    memory holds one partition's decoding at a time (a big server cut into shards of its clients,
+    ``analyzer.partitions``) and the merged transactions, and the response times are the same
+    (tests/test_partitioned_commands.py). Nothing is done for one partition."""
     if partitions <= 1:
         return
     from .distributed import decode_into  # lazy: the partitions' tasks, only for partitioned stats
 
     decode_into(None, cap, response_time_frames(cap), packet_columns=("frame",), partitions=partitions,
-                task_packet_columns=TASK_PACKET_COLUMNS, frame_columns=TASK_FRAME_COLUMNS)
+                task_packet_columns=TASK_PACKET_COLUMNS, frame_columns=TASK_FRAME_COLUMNS, shards=True)
 
 
 def service_response_times(cap, by: str | None = None) -> pl.DataFrame:

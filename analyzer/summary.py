@@ -339,7 +339,9 @@ def summarize_in_partitions(cap: Capture, partitions: int) -> dict:
 
     # read chunk by chunk (chunked_reading), or whole: then tallied before the partitions narrow the packets
     tally = cap.reduction.extracted if isinstance(cap.reduction, CallerChunks) else packet_tally(cap.packets)
-    counted = decode_into(None, cap, ["connections"], then=counted_parts, packet_columns=("frame",),
+    # counts add up over shards of a server's clients too: a big server is cut into them (analyzer.partitions)
+    counted = decode_into(None, cap, ["connections"], then=counted_parts, shard_then=counted_parts,
+                          packet_columns=("frame",),
                           partitions=partitions, task_frames=damage_frames(merged_tally(tally)),
                           task_packet_columns=TASK_PACKET_COLUMNS, frame_columns=TASK_FRAME_COLUMNS)
     return summarize(cap, counted, tally)

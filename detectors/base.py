@@ -33,6 +33,14 @@ A detector is a module in ``detectors/`` with:
   ``finish(parts, capture, params)`` makes the findings of the parts concatenated over the partitions
   (reading of ``capture`` no more than ``interfaces``); its ``detect`` is ``finish(partial(...))``, so
   the whole run and the partitioned one are the same code (``retry_storm``).
+  ``SHARDS = True`` (optional, with ``"server"``): its findings are also the union of its findings on
+  each set of whole connections of a server (it judges each connection alone: ``tcp_stall``), so a
+  scan runs it on the shards of a server cut by client (``analyzer.shards``); it then
+  reads only connection frames, ``packets`` and ``interfaces``. The other server detectors run on
+  the shards' frames merged, so a shard hands over no more of ``tcp_segments`` than they read:
+  ``UNCOVERED_SEGMENTS`` (optional, frame names) says a detector reads it only for the connections no
+  TCP transaction of those frames covers (``saturation``, ``conn_churn``: the TCP turns of the
+  connections no decoder counts).
   ``"client"`` when they are the union of its findings on each client bucket (every connection of a
   set of client addresses, ``analyzer.partitions.client_buckets``); it then reads only connection
   frames (``CONNECTION_FRAMES``) and ``interfaces``, and ``scan --workers`` runs it on the buckets.

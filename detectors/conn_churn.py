@@ -127,6 +127,8 @@ def _setup_protocols():
 REQUIRES = ("connections", "tcp_segments", "interfaces", *(p.transactions for p in _setup_protocols()))
 COLUMNS = {"tcp_segments": tcp_turns.SEGMENT_COLUMNS}  # the TCP turns of connections no transaction counts
 # its findings are the union of its findings per server partition (base.py; tests/test_partitions.py)
+# it reads tcp_segments only of the connections no TCP transaction of these covers (base.py)
+UNCOVERED_SEGMENTS = tuple(p.transactions for p in _setup_protocols())
 PARTITION = "server"
 ORDER = 60  # where it runs and is listed (detectors/__init__.py)
 

@@ -97,6 +97,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from analyzer.decoders import registry
+
 from . import retry_storm_backoff
 from .base import (client_identity_by, fmt_limited, fmt_ns, fmt_number, findings, empty_findings, resolution_ns,
                    transaction_frames, PROTOCOL_KINDS, RESOLUTION_TICKS, SEVERITIES, TRANSACTION_FRAMES,
@@ -112,6 +114,8 @@ KINDS = PROTOCOL_KINDS + ("tcp_syn",)  # the protocol of the requests (SYN retri
 # resends (Protocol.resends_frame: DNS's re-sent queries, RPC's re-sent calls), both from the protocol
 # registry; TCP's frames (SYN retries, connection RTTs) and the tick
 REQUIRES = (*TRANSACTION_FRAMES, *RESEND_FRAMES, "connections", "tcp_client_syns", "interfaces")
+# what it reads of the message frames: what the protocols' resends hooks read (Protocol.resends_columns)
+COLUMNS = {p.resends_frame: p.resends_columns for p in registry.protocols() if p.transactions and p.resends_frame}
 ORDER = 20  # where it runs and is listed (detectors/__init__.py)
 # chains and episodes are per server: found on each server partition (partial), finished on their parts
 # with what the whole capture decides (finish: relays, each kind's answers and response time; base.py)

@@ -100,6 +100,8 @@ REQUIRES = (*TRANSACTION_FRAMES, "smb2_messages", "nfs_messages", "connections",
 COLUMNS = {"tcp_segments": tcp_turns.SEGMENT_COLUMNS, "smb2_messages": sw.SMB2_CREDIT_COLUMNS,
            "nfs_messages": saturation_slots.SEQUENCE_COLUMNS}
 # its findings are the union of its findings per server partition (base.py; tests/test_partitions.py)
+# it reads tcp_segments only of the connections no TCP transaction of these covers (base.py)
+UNCOVERED_SEGMENTS = TRANSACTION_FRAMES
 PARTITION = "server"
 ORDER = 35
 

@@ -17,6 +17,7 @@ import polars as pl
 from analyzer.command import open_captures, say_index_warning, writing
 from analyzer.errors import ExitCode, UnreadableCapture, fail
 from analyzer.partitions import CONNECTION_FRAMES, CallerChunks, caller_packet_columns, packets_reader
+from analyzer.shards import shard_frames
 from analyzer.progress import stage
 from analyzer.record_estimate import partitions_for
 from analyzer.render import console as make_console
@@ -24,8 +25,9 @@ from analyzer.selection import SELECTION_COLUMNS
 from analyzer.selection import apply as select
 
 from . import (ParameterError, at_least, available, configure, declared_columns_of, describe, detect_frames,
-               detect_partition, expanded, frames_read_here, incident_params, incidents, partitioned,
-               plan_reads, population, required_frames, run, shortest_silence_ns, top_level)
+               detect_merged, detect_partition, expanded, frames_read_here, hand_over, incident_params, incidents,
+               partitioned, plan_reads, population, required_frames, run, server_frames, sharded,
+               shortest_silence_ns, top_level)
 from .base import PACKET_COLUMNS
 from .incidents_evidence import DNS_FRAME, READS as LINKER_READS, RETAINED_PACKET_COLUMNS, dns_payloads
 from .listing import print_detectors
@@ -149,6 +151,13 @@ def decode_on_cluster(client, cap, cfg: ScanConfig, *, local: bool, partitions: 
     here = set(frames_read_here(names, on_workers + by_client)) | ({DNS_FRAME} & set(required_frames(names)))
     shipped = [n for n in required_frames(names) if n in here and n not in READER_FRAMES]
     then = functools.partial(detect_partition, names=on_workers, overrides=cfg.overrides) if on_workers else None
+    # a server cut into shards of its clients (analyzer.shards): the detectors that judge each
+    # connection alone run on each shard, the others on what the shards hand over, merged
+    on_shards = sharded(on_workers)
+    on_server = [n for n in on_workers if n not in on_shards]
+    shard_then = functools.partial(detect_partition, names=on_shards, overrides=cfg.overrides) if on_shards else None
+    handing = functools.partial(hand_over, names=on_server) if on_server else None
+    server_then = functools.partial(detect_merged, names=on_server, overrides=cfg.overrides) if on_server else None
     bucket_then = functools.partial(detect_frames, names=by_client, overrides=cfg.overrides) if by_client else None
     # a client bucket is cut by the connections' clients: the connections always go in
     bucketed = tuple(dict.fromkeys(["connections", *(n for n in required_frames(by_client) if n in CONNECTION_FRAMES)]))
@@ -158,11 +167,14 @@ def decode_on_cluster(client, cap, cfg: ScanConfig, *, local: bool, partitions: 
                                    client_then=bucket_then, shared=shared, packet_columns=PARTITIONED_PACKET_COLUMNS,
                                    partitions=partitions,
                                    silence_ns=shortest_silence_ns({n: configured[n] for n in on_workers}),
-                                   task_frames=tuple(required_frames(on_workers)),
+                                   task_frames=tuple(dict.fromkeys((*required_frames(on_workers),
+                                                                    *shard_frames(server_frames(on_server))))),
                                    task_packet_columns=TASK_PACKET_COLUMNS,
                                    frame_columns=_read_columns(names),
                                    caller_columns=caller_columns(names, on_workers + by_client, shipped),
-                                   caller_silence_ns=caller_silence_ns(configured))
+                                   caller_silence_ns=caller_silence_ns(configured), shard_then=shard_then,
+                                   hand_over=handing, server_then=server_then,
+                                   server_frames=server_frames(on_server))
 
 
 def caller_silence_ns(configured: dict[str, object]) -> int | None:

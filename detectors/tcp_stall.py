@@ -158,8 +158,10 @@ REQUIRES = ("tcp_segments", "connections", "packets", "interfaces")
 SEGMENT_COLUMNS = ("frame", "conn", "from_client", "seq_rel", "seglen", "analysis", "acks_frame", "ack_rtt_ns",
                    "rtt_ns", "initial_rtt_ns", "ts_ns", "tcp_flags", "window")
 COLUMNS = {"tcp_segments": SEGMENT_COLUMNS}
-# its findings are the union of its findings per server partition (base.py; tests/test_partitions.py)
+# its findings are the union of its findings per server partition, and per shard of a server's clients:
+# each connection is judged alone (base.py; tests/test_partitions.py)
 PARTITION = "server"
+SHARDS = True
 # the parameter that is the shortest silence of the whole capture it looks for in packets (base.py)
 SILENCE = "capture_gap_ns"
 ORDER = 40  # where it runs and is listed (detectors/__init__.py)
@@ -389,6 +391,16 @@ def _batch_episodes(s: pl.DataFrame, conns: pl.DataFrame, p: Params, res: float)
     return parts, info, ep.resume_rows(s)
 
 
+def _last_packet_ns(capture, last_seg_ns: int) -> int:
+    """The time of the capture's last packet (``packets``: the whole capture's span on a partition), or
+    ``last_seg_ns`` when none is known."""
+    try:
+        last = capture.packets["ts_ns"].max()
+    except (KeyError, AttributeError, pl.exceptions.ColumnNotFoundError):
+        return last_seg_ns
+    return max(int(last), int(last_seg_ns)) if last is not None else last_seg_ns
+
+
 def detect(capture, params: Params = Params()) -> pl.DataFrame:
     p = params
     try:
@@ -402,6 +414,9 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
     last_seg_ts = seg["ts_ns"].max()
     if last_seg_ts is None:
         return empty_findings()
+    # the capture's end: its last packet from anyone (the whole capture's on a partition or shard, whose
+    # own segments end earlier), or the last segment's where no packet times are held
+    last_ns = _last_packet_ns(capture, last_seg_ts)
     # Everything below is per connection but the capture's silences, so the connections are taken in
     # batches (segment_batches); each batch's resumes are kept for the silences.
     kinds: list[list[pl.DataFrame]] = [[] for _ in range(5)]
@@ -455,7 +470,7 @@ def detect(capture, params: Params = Params()) -> pl.DataFrame:
     )
     agg = agg.filter(~((pl.col("kind") == "delayed_ack") & (pl.col("episodes") < p.delack_min_events)))
     # "never answered" needs the capture to go on for at least a timeout after the last retransmission
-    agg = agg.with_columns((pl.col("unanswered") & (pl.col("end_ns") + pl.col("threshold_ns") <= last_seg_ts))
+    agg = agg.with_columns((pl.col("unanswered") & (pl.col("end_ns") + pl.col("threshold_ns") <= last_ns))
                            .alias("unanswered"))
     agg = agg.join(info, on="conn", how="inner").with_columns(
         (pl.col("stall_ns") / pl.col("active_ns")).clip(upper_bound=1.0).alias("share"))

@@ -187,6 +187,12 @@ def _read_mask(attributes: pl.Expr) -> pl.Expr:
         .otherwise(attribute_mask(names.list.eval(pl.element().filter(pl.element() != "1.1")))).cast(pl.Int64)
 
 
+# what ldap_events reads of ldap_messages: a write's request fields the transaction does not carry, and a
+# search's returned entries (toctou's COLUMNS)
+MESSAGE_COLUMNS = ("changes", "controls", "dn", "flow", "frame_last", "message_id", "new_rdn", "new_superior", "op",
+                   "transport", "ts_last_ns")
+
+
 def ldap_events(tx: pl.DataFrame | None, msgs: pl.DataFrame | None, params) -> pl.DataFrame:
     if tx is None or tx.height == 0:
         return pl.DataFrame(schema=EVENT_SCHEMA)

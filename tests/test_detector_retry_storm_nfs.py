@@ -231,6 +231,11 @@ def test_the_resend_frames_are_declared_by_the_protocols_and_required():
         Protocol(name="x", title="X", spec="-", frames=("x_messages",), resends="m:f")
     with pytest.raises(ValueError, match="resends frame"):
         Protocol(name="x", title="X", spec="-", frames=("x_messages",), resends="m:f", resends_frame="y")
+    with pytest.raises(ValueError, match="resends_columns"):
+        Protocol(name="x", title="X", spec="-", frames=("x_messages",), resends="m:f", resends_frame="x_messages")
+    # what the hooks read of the message frames is what retry_storm declares it reads of them (a scan
+    # keeps no more), and the hooks find nothing without one of those columns
+    assert rs.COLUMNS == {p.resends_frame: p.resends_columns for p in registry.protocols() if p.resends}
 
 
 def test_the_proof_counts_the_same_resends_as_the_detector():

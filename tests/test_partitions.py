@@ -22,13 +22,15 @@ import polars as pl
 import pytest
 
 import detectors
-from analyzer import open_capture, partitions
+from analyzer import open_capture, partitions, shards
 from analyzer.cli import main as cli_main
 from analyzer.capture import READER_FRAMES
 from analyzer.capture import open_captures
 from analyzer.partitions import (CONNECTION_FRAMES, ORDINALS, FrameSet, balanced_partitions, client_buckets,
                                  connection_maps, decode_partition, decoder_ports, merge_frames, partition_ids,
                                  partition_of_packets, read_part)
+from analyzer.decoders.smb2 import break_frame
+from analyzer.decoders.smb2_frames import HEADER_COLUMNS
 from rocev2_captures import rocev2_capture
 
 ROOT = Path(__file__).parent.parent
@@ -402,6 +404,125 @@ def test_partitions_are_as_even_as_the_servers_allow(synthetic_capture):
             assert sizes.sum() == cap.packets.height
             best = max(sizes.sum() / count, per_server)
             assert sizes.max() <= 4 / 3 * best, (count, sizes.tolist())
+
+
+# -- shards: a server above an even share cut by client ----------------------------------------------
+def _pair_packets(pairs: list[tuple[int, int, int, int, int]]) -> pl.DataFrame:
+    """A packets frame of (src, dst, sport, dport, count) pairs, ``count`` packets each, addresses 0..20."""
+    rows = [(a, b, sp, dp) for a, b, sp, dp, n in pairs for _ in range(n)]
+    enum = pl.Enum([str(i) for i in range(21)])
+    return pl.DataFrame({"frame": np.arange(1, len(rows) + 1, dtype=np.uint32),
+                         "src": pl.Series([str(r[0]) for r in rows]).cast(enum),
+                         "dst": pl.Series([str(r[1]) for r in rows]).cast(enum),
+                         "sport": pl.Series([r[2] for r in rows], dtype=pl.UInt16),
+                         "dport": pl.Series([r[3] for r in rows], dtype=pl.UInt16),
+                         "tcp_flags": pl.Series([None] * len(rows), dtype=pl.UInt16)})
+
+
+def _dealt(packets: pl.DataFrame, count: int, shards: bool) -> tuple[np.ndarray, list[list[int]]]:
+    decision = partitions.PartitionDecision([53, 88])
+    pair_of = decision.pairs_of(packets)
+    partition_of_pair, groups = decision.dealt(count, shards)
+    return partition_of_pair[np.minimum(pair_of, partition_of_pair.shape[0] - 1)], groups
+
+
+def test_a_server_above_an_even_share_is_cut_into_shards_of_its_clients():
+    """``PartitionDecision.dealt``: a server with more than a ``count``-th of the packets is cut into as
+    many shards as hold them at that share (no more than its address pairs), its pairs dealt largest
+    first, each shard a partition numbered after the ``count`` of the others, every pair whole in
+    one; the other servers are dealt as without shards."""
+    # server 0 (port 53): 6 clients of 1..6 packets (21); server 9 (port 88): one client of 4
+    packets = _pair_packets([(c, 0, 40000, 53, c) for c in range(1, 7)] + [(9, 20, 88, 50000, 4)])
+    whole, none = _dealt(packets, 2, False)
+    assert none == [] and np.array_equal(whole, partition_of_packets(packets, 2, [53, 88]).to_numpy())
+    partition, groups = _dealt(packets, 2, True)  # a share of 13: two shards
+    assert groups == [[2, 3]]
+    assert np.bincount(partition, minlength=4).tolist() == [4, 0, 11, 10]  # 6+3+2 and 5+4+1
+    partition, groups = _dealt(packets, 4, True)  # a share of 7: three shards
+    assert groups == [[4, 5, 6]] and np.bincount(partition, minlength=7)[4:].tolist() == [7, 7, 7]
+    by_client = packets.with_columns(pl.Series("p", partition)).group_by("src").agg(pl.col("p").n_unique())
+    assert by_client["p"].max() == 1  # a pair stays whole
+    one_pair = _pair_packets([(1, 0, 40000, 53, 30), (9, 20, 88, 50000, 4)])
+    assert _dealt(one_pair, 4, True)[1] == []  # a server of one pair cannot be cut
+
+
+@pytest.mark.parametrize("name", ["smb2-break-queue.pcap", "smb2-oplock-lease-break.pcap",
+                                  "nfs4-delegation-recall.pcap"])
+def test_a_cut_server_builds_its_cross_client_frames_on_its_merged_shards(name):
+    """The frames a server's state across its clients decides (a break's trigger is another client's
+    CREATE, a file handle's path another client's LOOKUP: ``SERVER_STATE_FRAMES``) are its whole
+    partition's when built anew on its merged shards (``merged_shards``), every client a shard."""
+    names = list(shards.SERVER_STATE_FRAMES)
+    assert set(names) == {"smb2_breaks", "nfs_transactions"}
+    with open_capture(SAMPLES / name) as whole:
+        expected = {n: whole.frame(n) for n in names}
+        decision = partitions.PartitionDecision(decoder_ports())
+        pair_of = decision.pairs_of(whole.packets)
+        partition_of_pair, groups = decision.dealt(1 << 12, True)  # a share of a packet or so: a shard a pair
+        ids = partition_of_pair[np.minimum(pair_of, partition_of_pair.shape[0] - 1)].astype(np.uint16)
+        count = int(ids.max()) + 1
+        reads = [read_part(whole, ids, k) for k in range(count)]
+    cut = {k for g in groups for k in g}
+    decoded = []
+    for part in reads:
+        with open_captures([], part=part) as cap:
+            decoded.append(decode_partition(cap, shards.shard_frames(names) if part.index in cut else ()))
+    messages = ("smb2_messages", "nfs_messages")
+    group = max(groups, key=lambda g: sum(decoded[k][m].height for k in g for m in messages))  # the file server's
+    assert len(group) > 1
+    maps = connection_maps(decoded)
+    merged = shards.merged_shards([decoded[k] for k in group], [maps[k] for k in group], names)
+    assert set(merged) == set(names)
+    for n in names:
+        ordinals = [c for c in ORDINALS.get(n, ()) if c in expected[n].columns]
+        assert merged[n].drop(ordinals).equals(expected[n].drop(ordinals)), n
+    assert expected["smb2_breaks"].height or expected["nfs_transactions"].height
+
+
+def test_a_shard_hands_over_the_segments_of_the_connections_no_transaction_covers():
+    """``detectors.hand_over``: of ``tcp_segments`` a shard hands over the rows of the connections that
+    saturation and conn_churn read them for (no TCP transaction of a protocol with setup operations,
+    the narrower of their UNCOVERED_SEGMENTS, covers them), narrowed to what they read and the merge's
+    keys; of the server-state frames' sources what their builders read besides, the frames themselves
+    not at all."""
+    names = detectors.partitioned(list(detectors.available()))
+    on_server = [n for n in names if n not in detectors.sharded(names)]
+    assert detectors.sharded(names) == ["tcp_stall"] and "saturation" in on_server
+    with open_capture(SAMPLES / "eval" / "tcp-syn-loss-population.pcap") as cap:
+        segments = cap.frame("tcp_segments")
+        handed = detectors.hand_over(cap, on_server)
+    assert handed["tcp_segments"].height == segments.height > 0  # no decoder: every connection's
+    assert set(handed["tcp_segments"].columns) <= set(detectors.conn_churn.COLUMNS["tcp_segments"]) | {"conn", "frame"}
+    with open_capture(SAMPLES / "smb2-break-queue.pcap") as cap:
+        handed = detectors.hand_over(cap, on_server)
+        smb2, breaks = cap.frame("smb2_messages"), cap.frame("smb2_breaks")
+    assert handed["tcp_segments"].height == 0  # every connection SMB2's
+    # the breaks' sources: what their builder and saturation read of them, from which they are built alike
+    kept = set(handed["smb2_messages"].columns)
+    assert "smb2_breaks" not in handed and set(HEADER_COLUMNS) <= kept and len(kept) < len(smb2.columns) / 2 + 8
+    assert break_frame(handed["smb2_messages"], handed["smb2_transactions"]).equals(breaks) and breaks.height
+
+
+@pytest.mark.parametrize("name", ["smb2-break-queue.pcap", "krb5-as-tgs-herd.pcapng", "dns-retry-storm.pcapng"])
+def test_a_scan_with_its_servers_cut_into_shards_reports_the_single_process_scan(monkeypatch, capsys, name):
+    """In partitions, the sample's server (more than a third of its packets) is cut into shards: their
+    server detectors run on what they hand over merged (``distributed.server_task``), tcp_stall on each
+    shard, and the report is the scan's at once."""
+    from analyzer import distributed
+
+    calls = []
+    task = distributed.server_task
+
+    def watched(shards, *args):
+        calls.append(len(shards))
+        return task(shards, *args)
+
+    code, single = _scan(SAMPLES / name)
+    monkeypatch.setattr(distributed, "server_task", watched)
+    capsys.readouterr()
+    code3 = cli_main(["scan", "--format", "json", "--partitions", "3", str(SAMPLES / name)])
+    assert code3 == code and json.loads(capsys.readouterr().out) == single and single["findings"]
+    assert calls and min(calls) > 1
 
 
 # -- from the command line: --partitions in this process, and on a Dask cluster ---------------------

@@ -86,6 +86,7 @@ from ..columns import enum_from_codes, series
 from ..messages import KEPT_COLUMNS, protocol_message_sets
 from ..messages import TRANSPORTS, MessageSet
 from ..schema import FRAMES, Column, column, empty_frame
+from . import dns_resends
 from .protocol import Protocol
 from . import dns_kernels as k
 from .common import TRANSACTION_COMMON, named_codes, unbroken_duration
@@ -99,6 +100,7 @@ PROTOCOL = Protocol(
     request_verb="queried", repeat_verb="re-queried", request_word="queries", operation_after_resource=True,
     # queries re-sent with their id and question: folded into one transaction (RFC 1035 §4.2.1)
     resends="analyzer.decoders.dns_resends:resends", resends_frame="dns_messages", resends_count="retries",
+    resends_columns=tuple(sorted(dns_resends.MESSAGE_COLUMNS)),
 )
 
 # --- code tables ----------------------------------------------------------------------------------

@@ -10,8 +10,9 @@ import polars as pl
 RESEND_SCHEMA = {"client": pl.String, "client_port": pl.UInt16, "server": pl.String, "server_port": pl.UInt16,
                  "ts": pl.Int64, "frame": pl.UInt32, "txn": pl.Int64}
 
-_NEED_MESSAGES = {"retransmission", "qr", "src", "dst", "sport", "dport", "id", "qname", "qtype", "ts_last_ns",
-                  "frame_last", "transport"}
+# what resends reads of the message frame (Protocol.resends_columns: a scan keeps no more of it for it)
+MESSAGE_COLUMNS = frozenset({"retransmission", "qr", "src", "dst", "sport", "dport", "id", "qname", "qtype",
+                             "ts_last_ns", "frame_last", "transport"})
 _NEED_TRANSACTIONS = {"transport", "client", "client_port", "server", "server_port", "id", "resource", "qtype",
                       "request_ts_ns"}
 
@@ -20,7 +21,7 @@ def resends(messages: pl.DataFrame, transactions: pl.DataFrame) -> pl.DataFrame:
     """The retransmitted queries of ``messages`` (dns_messages), each with ``txn``: the row of
     ``transactions`` (dns_transactions) it re-sends — the latest one at or before it with the same
     transport, addresses, ports, id and question. Empty when either frame lacks the columns."""
-    if not (_NEED_MESSAGES <= set(messages.columns) and _NEED_TRANSACTIONS <= set(transactions.columns)):
+    if not (MESSAGE_COLUMNS <= set(messages.columns) and _NEED_TRANSACTIONS <= set(transactions.columns)):
         return pl.DataFrame(schema=RESEND_SCHEMA)
     rt = messages.filter(pl.col("retransmission").fill_null(False) & (pl.col("qr") == False)).select(  # noqa: E712
         pl.col("transport").cast(pl.String), pl.col("src").cast(pl.String).alias("client"),

@@ -31,6 +31,7 @@ from ..schema import FRAMES, Column, column, empty_frame, polars_type
 from . import nfs_kernels as k
 from . import nfs_xdr as X
 from . import nfs_layout as L
+from . import nfs_resends
 from .nfs_pairing import TRANSACTION_COLUMNS, Params, pair_transactions
 from .common import unbroken_duration
 from .protocol import Protocol
@@ -47,6 +48,7 @@ PROTOCOL = Protocol(
     udp_ports=(111, 2049, 20048, 32803), tcp_ports=(111, 2049, 20048, 32803), tcp_framing="rpc_record_mark",  # RFC 5531 §11
     client_side="message", message_direction=f"{__name__}:message_direction",
     frames=("nfs_messages", "nfs_transactions"), transactions="nfs_transactions",
+    server_frames={"nfs_transactions": ("nfs_messages",)},  # a handle's path: another client's LOOKUP
     # RFC 8881 §18.35-18.37 / RFC 7530 §16.33-34: a client (4.0) or session (4.1) is set up before work
     setup_operations=("NULL", "EXCHANGE_ID", "CREATE_SESSION", "DESTROY_SESSION", "DESTROY_CLIENTID",
                       "SETCLIENTID", "SETCLIENTID_CONFIRM", "RECLAIM_COMPLETE", "BIND_CONN_TO_SESSION",
@@ -56,6 +58,7 @@ PROTOCOL = Protocol(
     operation_words={"OPEN": "open", "LOOKUP": "lookup", "LOCK": "lock", "LOCKT": "lock test"},
     # calls re-sent with their xid (RFC 5531 §9), folded by nfs_pairing: analyzer/decoders/nfs_resends.py
     resends="analyzer.decoders.nfs_resends:resends", resends_frame="nfs_messages", resends_count="retransmissions",
+    resends_columns=tuple(sorted(nfs_resends.MESSAGE_COLUMNS)),
     # a lock held by another owner: ask again later (RFC 7530 §16.10.4, RFC 8881 §18.10.4; NLM4 LOCK with
     # block false): lock polling (detectors/lock_polling.py), not a failure
     poll_answers=(("LOCK", "NFS4ERR_DENIED"), ("NLM LOCK", "NLM4_DENIED"), ("NLM LOCK_MSG", "NLM4_DENIED")),

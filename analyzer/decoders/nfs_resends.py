@@ -18,8 +18,9 @@ import polars as pl
 RESEND_SCHEMA = {"client": pl.String, "client_port": pl.UInt16, "server": pl.String, "server_port": pl.UInt16,
                  "ts": pl.Int64, "frame": pl.UInt32, "txn": pl.Int64}
 
-_NEED_MESSAGES = {"msg_type", "op_index", "flow", "xid", "src", "sport", "dst", "dport", "program", "version",
-                  "procedure", "ts_last_ns", "frame_last", "message"}
+# what resends reads of the message frame (Protocol.resends_columns: a scan keeps no more of it for it)
+MESSAGE_COLUMNS = frozenset({"msg_type", "op_index", "flow", "xid", "src", "sport", "dst", "dport", "program",
+                             "version", "procedure", "ts_last_ns", "frame_last", "message"})
 _NEED_TRANSACTIONS = {"flow", "xid", "client", "client_port", "program", "version", "procedure", "request_ts_ns",
                       "last_call_ts_ns", "retransmissions", "message"}
 _KEY = ["flow", "xid", "client", "client_port", "program", "version", "procedure"]
@@ -33,7 +34,7 @@ def resends(messages: pl.DataFrame, transactions: pl.DataFrame) -> pl.DataFrame:
     so the server's duplicate request cache still knows it) stays on the flow; one that reconnects from a
     new port opens another flow, where the pairing sees a new call (retry_storm's another-connection rule
     then applies, within its max_gap_ns). Empty when either frame lacks the columns."""
-    if not (_NEED_MESSAGES <= set(messages.columns) and _NEED_TRANSACTIONS <= set(transactions.columns)):
+    if not (MESSAGE_COLUMNS <= set(messages.columns) and _NEED_TRANSACTIONS <= set(transactions.columns)):
         return pl.DataFrame(schema=RESEND_SCHEMA)
     tx = transactions.with_row_index("txn").filter(pl.col("retransmissions").fill_null(0) > 0).select(
         pl.col("txn").cast(pl.Int64), pl.col("flow").cast(pl.UInt32), pl.col("xid").cast(pl.UInt32),

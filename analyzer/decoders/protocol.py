@@ -43,6 +43,14 @@ class Protocol:
     # of those, the frames built from its other frames alone (no bytes, packets or memos): a scan builds
     # them after the builders' memos are let go of (detectors.build_frames; SMB2's breaks)
     from_frames: tuple[str, ...] = ()
+    # of those, the frames whose rows a server's state across its clients decides (an SMB2 break's
+    # trigger is another client's CREATE; an NFS file handle's path, another client's LOOKUP) -> the
+    # frames of the protocol they are built of alone: a server cut into shards of its clients builds
+    # them anew on its shards' merged frames (analyzer.shards)
+    server_frames: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # of those frames' sources, the columns their builders read (a source not named: read whole): a shard
+    # hands over no more of them than these and what the detectors read
+    server_frame_columns: dict[str, tuple[str, ...]] = field(default_factory=dict)
     transactions: str | None = None  # the frame that starts with common.TRANSACTION_COMMON, if any
     # operations that set a session up or tear it down rather than do work (conn_churn's "setup")
     setup_operations: tuple[str, ...] = ()
@@ -77,6 +85,8 @@ class Protocol:
     # it counts on any connection. None: the protocol folds no resends.
     resends: str | None = None
     resends_frame: str | None = None  # the message frame ``resends`` reads (one of ``frames``)
+    # the columns of it ``resends`` reads (a scan keeps of the frame no more for it: retry_storm's COLUMNS)
+    resends_columns: tuple[str, ...] = ()
     # the transactions column counting those resends: what is known of them without the message frame
     resends_count: str | None = None
     # (operation, status) answers that say "held by someone else, ask again" — a poll of a contended
@@ -98,8 +108,15 @@ class Protocol:
             raise ValueError(f"{self.name}: resends and resends_frame go together")
         if self.resends_frame is not None and self.resends_frame not in self.frames:
             raise ValueError(f"{self.name}: resends frame {self.resends_frame!r} is not among its frames")
+        if bool(self.resends) != bool(self.resends_columns):
+            raise ValueError(f"{self.name}: resends and resends_columns go together")
         if not set(self.from_frames) <= set(self.frames):
             raise ValueError(f"{self.name}: from_frames {self.from_frames!r} are not all among its frames")
+        if not {f for k, v in self.server_frames.items() for f in (k, *v)} <= set(self.frames):
+            raise ValueError(f"{self.name}: server_frames {self.server_frames!r} are not all among its frames")
+        if not set(self.server_frame_columns) <= {f for v in self.server_frames.values() for f in v}:
+            raise ValueError(f"{self.name}: server_frame_columns {sorted(self.server_frame_columns)!r} are not all "
+                             f"sources of its server_frames")
         if self.tcp_ports and not self.tcp_framing:
             raise ValueError(f"{self.name}: TCP ports without a framing")
 

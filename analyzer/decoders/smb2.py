@@ -35,7 +35,7 @@ from . import smb2_kernel as k
 from . import smb2_tables as t
 from . import kerberos_ap_tokens, ntstatus
 from .ntstatus import code_names, status_names
-from .smb2_frames import MESSAGE_ORDER
+from .smb2_frames import HEADER_COLUMNS, MESSAGE_ORDER
 from .smb2_pairing import BREAK_COLUMNS, TRANSACTION_COLUMNS, Params, break_frame, pair_transactions
 from .text import arena_strings
 
@@ -47,6 +47,8 @@ PROTOCOL = Protocol(
     name="smb2", title="SMB2", spec="MS-SMB2", tcp_ports=(445, 139), tcp_framing="nbss",  # MS-SMB2 2.1
     frames=("smb2_messages", "smb2_transactions", "smb2_breaks"), transactions="smb2_transactions",
     from_frames=("smb2_breaks",),  # break_frame(smb2_messages, smb2_transactions)
+    server_frames={"smb2_breaks": ("smb2_messages", "smb2_transactions")},  # the trigger: another client's open
+    server_frame_columns={"smb2_messages": HEADER_COLUMNS},  # break_frame reads them of its header rows
     # MS-SMB2 3.2.4.2: a connection is negotiated, a session set up and a share connected before work
     setup_operations=("NEGOTIATE", "SESSION_SETUP", "TREE_CONNECT", "TREE_DISCONNECT", "LOGOFF", "ECHO", "CANCEL"),
     setup_words="negotiate/session setup", work_operations=("CREATE",),

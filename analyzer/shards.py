@@ -1,0 +1,93 @@
+"""A big server cut into shards of its clients: what its shards hand over and what its task merges.
+
+A server's partition (``analyzer.partitions``) holds every packet of that server, so one large server (on the synth captures the file server has 26% of the
+packets) sets the memory of a scan in partitions whatever their count: 8.3 GiB for its 25.8M packets
+of a 100M capture. A server with more than an even share of the packets is therefore cut by client:
+its address pairs dealt largest first into as many shards as hold its packets at that share, each
+shard a partition of its own. Every frame of a connection, flow or request/response pair is the same
+decoded on a shard; what is not is what the server's state across its clients decides
+(:data:`SERVER_STATE_FRAMES`, ``Protocol.server_frames``), and what a detector that looks at every
+client of a server finds. So a shard runs only the detectors whose findings are per connection
+(``SHARDS``, detectors/base.py), and hands over what the others read (:func:`shard_frames`: the
+server-state frames replaced by what they are built of; ``detectors.hand_over`` narrows each to what
+is read); a task per cut server (``analyzer.distributed.server_task``) merges its shards' frames as
+its detectors read them (:class:`MergedShards`, the server-state frames built anew on them) and runs
+those detectors on what its whole partition would have built. It holds those frames, not the
+server's decoding. The partitions cut is decided with the others
+(``analyzer.partitions.PartitionDecision.dealt``); a run that merges frames for its caller from
+partitions some of which are shards builds the server-state frames there (:func:`with_server_frames`).
+"""
+from __future__ import annotations
+
+import polars as pl
+
+from .capture import builder_of
+from .decoders.registry import protocols
+from .partitions import FrameSet, merge_frames
+
+# frames whose rows a server's state across its clients decides -> the frames they are built of alone
+# (``Protocol.server_frames``; module doc): a server cut into shards builds them on its merged shards
+SERVER_STATE_FRAMES: dict[str, tuple[str, ...]] = {k: v for p in protocols() for k, v in p.server_frames.items()}
+# of those frames' sources, the columns their builders read (``Protocol.server_frame_columns``; others: whole)
+SERVER_STATE_COLUMNS: dict[str, tuple[str, ...]] = {k: v for p in protocols()
+                                                    for k, v in p.server_frame_columns.items()}
+
+
+def shard_frames(names) -> tuple[str, ...]:
+    """What the shards of a cut server hand over for ``names`` to be read of the server whole
+    (:func:`merged_shards`): ``names``, those of :data:`SERVER_STATE_FRAMES` replaced by what they are
+    built of."""
+    out: dict[str, None] = {}
+    for name in names:
+        out.update(dict.fromkeys(SERVER_STATE_FRAMES.get(name, (name,))))
+    return tuple(out)
+
+
+def with_server_frames(merged: dict[str, pl.DataFrame], names) -> dict[str, pl.DataFrame]:
+    """The frames ``names`` of a run whose partitions sent :func:`shard_frames` of them, ``merged``: those
+    of :data:`SERVER_STATE_FRAMES` built on their sources (their builders read frames alone), the
+    sources not asked for let go of."""
+    frames = FrameSet(merged, path="", files=(), pieces=())
+    for name in names:
+        if name in SERVER_STATE_FRAMES:
+            frames.set_frame(name, builder_of(name)(frames))
+    return {name: frames.frame(name) for name in names}
+
+
+def merged_shards(shards: list, conn_maps: list[pl.DataFrame], names) -> dict[str, pl.DataFrame]:
+    """The frames ``names`` of a server cut into ``shards`` (:func:`decode_partition` of
+    :func:`shard_frames`, with the shards' ``conn_maps`` over every partition, :func:`connection_maps`)
+    as its partition whole would have built them: :class:`MergedShards`' frames, all at once."""
+    merged = MergedShards(shards, conn_maps, names, {}, path="", files=(), pieces=())
+    return {name: merged.frame(name) for name in names}
+
+
+class MergedShards(FrameSet):
+    """The frames ``names`` of a server cut into ``shards`` (module doc; each shard's
+    :func:`decode_partition` of :func:`shard_frames`, read when asked for, with the shards' ``conn_maps``
+    over every partition, :func:`connection_maps`), each merged when first asked for
+    (:func:`merge_frames`) and those of :data:`SERVER_STATE_FRAMES` built anew on the merged frames
+    (their builders read frames alone), besides the ``frames`` given: what its partition whole would
+    have built. A frame is merged when a detector first reads it and let go of after the last
+    (``drop``), so the task holds what the detectors still read, not every frame from the start (the
+    DNS server's of the 10M synth capture cut in 3: merged at once, 470 MB before its detectors ran)."""
+
+    def __init__(self, shards: list, conn_maps: list[pl.DataFrame], names, frames: dict[str, pl.DataFrame], **facts):
+        super().__init__(frames, **facts)
+        self._shards, self._conn_maps, self._names = shards, conn_maps, frozenset(names)
+
+    def frame(self, name: str) -> pl.DataFrame:
+        if name not in self._frames and name in self._names:
+            self._frames[name] = self._built(name)
+        return super().frame(name)
+
+    def _built(self, name: str) -> pl.DataFrame:
+        if name not in SERVER_STATE_FRAMES:
+            return merge_frames(self._shards, self._conn_maps, only=(name,))[name]
+        sources = SERVER_STATE_FRAMES[name]
+        fresh = [s for s in sources if s not in self._frames]
+        self._frames.update(merge_frames(self._shards, self._conn_maps, only=fresh))
+        try:
+            return builder_of(name)(self)
+        finally:  # what no detector reads besides is not kept
+            self.drop([s for s in fresh if s not in self._names])
