@@ -172,7 +172,7 @@ class PartitionDecision:
 
     def dealt(self, count: int, shards: bool = False) -> tuple[np.ndarray, list[list[int]]]:
         """:meth:`partition_of_pair`, and with ``shards`` every server with more than an even share of
-        the packets (``count``-th of them) cut by client into shards (module doc, *Shards*; ``analyzer.shards``): its address
+        the packets (``count``-th of them) cut by client into shards (``analyzer.shards``): its address
         pairs dealt largest first into as many shards as hold its packets at that share (no more than
         its pairs), each shard a partition of its own numbered after the ``count`` of the other servers.
         Returns the partition of each pair (and the last entry, for packets without one) and, per

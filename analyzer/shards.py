@@ -1,21 +1,22 @@
 """A big server cut into shards of its clients: what its shards hand over and what its task merges.
 
-A server's partition (``analyzer.partitions``) holds every packet of that server, so one large server (on the synth captures the file server has 26% of the
-packets) sets the memory of a scan in partitions whatever their count: 8.3 GiB for its 25.8M packets
-of a 100M capture. A server with more than an even share of the packets is therefore cut by client:
-its address pairs dealt largest first into as many shards as hold its packets at that share, each
-shard a partition of its own. Every frame of a connection, flow or request/response pair is the same
-decoded on a shard; what is not is what the server's state across its clients decides
-(:data:`SERVER_STATE_FRAMES`, ``Protocol.server_frames``), and what a detector that looks at every
-client of a server finds. So a shard runs only the detectors whose findings are per connection
-(``SHARDS``, detectors/base.py), and hands over what the others read (:func:`shard_frames`: the
-server-state frames replaced by what they are built of; ``detectors.hand_over`` narrows each to what
-is read); a task per cut server (``analyzer.distributed.server_task``) merges its shards' frames as
-its detectors read them (:class:`MergedShards`, the server-state frames built anew on them) and runs
-those detectors on what its whole partition would have built. It holds those frames, not the
-server's decoding. The partitions cut is decided with the others
-(``analyzer.partitions.PartitionDecision.dealt``); a run that merges frames for its caller from
-partitions some of which are shards builds the server-state frames there (:func:`with_server_frames`).
+A server's partition (``analyzer.partitions``) holds every packet of that server, so one large server
+(on the synth captures the file server has 26% of the packets) sets the memory of a scan in
+partitions whatever their count: 8.3 GiB for its 25.8M packets of a 100M capture. A server with more
+than an even share of the packets is therefore cut by client: its address pairs dealt largest first
+into as many shards as hold its packets at that share, each shard a partition of its own
+(``analyzer.partitions.PartitionDecision.dealt``). Every frame of a connection, flow or
+request/response pair is the same decoded on a shard; what is not is what the server's state across
+its clients decides (:data:`SERVER_STATE_FRAMES`, ``Protocol.server_frames``), and what a detector
+that looks at every client of a server finds. So a shard runs only the detectors whose findings are
+per connection (``SHARDS``, detectors/base.py), and hands over what the others read
+(:func:`shard_frames`: the server-state frames replaced by what they are built of;
+``detectors.hand_over`` narrows each to what is read). A task per cut server
+(``analyzer.distributed.server_task``) merges its shards' frames as its detectors read them
+(:class:`MergedShards`, the server-state frames built anew on them) and runs those detectors on what
+its whole partition would have built: it holds those frames, not the server's decoding. A run that
+merges frames for its caller from partitions some of which are shards builds the server-state
+frames there (:func:`with_server_frames`).
 """
 from __future__ import annotations
 
