@@ -361,11 +361,12 @@ def hand_over(capture, names: list[str]) -> dict[str, pl.DataFrame]:
     partitions, the DNS server's shards hand over its 1.45M ``dns_messages`` rows in 15 of their 45 columns."""
     detectors = available()
     readers = [detectors[n] for n in names]
-    wanted = shard_frames(server_frames(names))
+    read_frames = server_frames(names)
+    wanted = shard_frames(read_frames)
     build_frames(capture, wanted)
     out = decode_partition(capture, wanted)
     for name in wanted:
-        columns = _handed_columns(name, readers, names)
+        columns = _handed_columns(name, readers, read_frames)
         if columns is not None:
             out[name] = out[name].select(merge_columns(name, out[name], columns))
     if "tcp_segments" in out:
@@ -373,17 +374,17 @@ def hand_over(capture, names: list[str]) -> dict[str, pl.DataFrame]:
     return out
 
 
-def _handed_columns(name: str, readers: list, names: list[str]) -> frozenset[str] | None:
+def _handed_columns(name: str, readers: list, read_frames: tuple[str, ...]) -> frozenset[str] | None:
     """What :func:`hand_over` keeps of frame ``name`` (None: all of it): what its readers among
-    ``readers`` declare, and where it is a source of a server-state frame read there, what that
-    frame's builder reads of it (``shards.SERVER_STATE_COLUMNS``; None if it reads it whole)."""
+    ``readers`` declare, and where it is a source of a server-state frame among ``read_frames``,
+    what that frame's builder reads of it (``shards.SERVER_STATE_COLUMNS``; None if it reads it whole)."""
     read = any(name in m.REQUIRES for m in readers)
     declared = declared_columns(readers, name)
     if read and declared is None:
         return None
     columns = set(declared or ())
     for built, sources in SERVER_STATE_FRAMES.items():
-        if name in sources and built in server_frames(names):
+        if name in sources and built in read_frames:
             if name not in SERVER_STATE_COLUMNS:
                 return None
             columns |= set(SERVER_STATE_COLUMNS[name])
