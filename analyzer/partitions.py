@@ -211,11 +211,18 @@ def _shard_counts(server_loads: np.ndarray, server_pairs: np.ndarray, share: int
 
 def partition_of_packets(packets: pl.DataFrame, count: int, ports) -> pl.Series:
     """The partition (0 .. count-1) of each packet: its server's (:class:`PartitionDecision`)."""
+    return pl.Series("partition", dealt_packets(packets, count, ports)[0], pl.UInt32)
+
+
+def dealt_packets(packets: pl.DataFrame, count: int, ports, shards: bool = False
+                  ) -> tuple[np.ndarray, list[list[int]]]:
+    """uint32 per packet: its partition (:meth:`PartitionDecision.dealt`, with ``shards`` the servers
+    above an even share cut into shards); and per server so cut the partitions of its shards."""
     decision = PartitionDecision(ports)
     pair_of = decision.pairs_of(packets)
-    partition_of_pair = decision.partition_of_pair(count)
+    partition_of_pair, groups = decision.dealt(count, shards)
     np.minimum(pair_of, np.uint32(partition_of_pair.shape[0] - 1), out=pair_of)
-    return pl.Series("partition", partition_of_pair[pair_of], pl.UInt32)
+    return partition_of_pair[pair_of], groups
 
 
 def _pair_inputs(packets: pl.DataFrame, served: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -264,13 +271,10 @@ def sharded_ids(cap, count: int, shards: bool) -> tuple[np.ndarray, list[list[in
     records = sum(n for _, _, n in cap.pieces)
     if isinstance(cap.reduction, CallerChunks):
         return cap.reduction.ids(count, records, shards)
-    decision = PartitionDecision(decoder_ports())
     packets = cap.packets
-    pair_of = decision.pairs_of(packets)
-    partition_of_pair, groups = decision.dealt(count, shards)
-    np.minimum(pair_of, np.uint32(partition_of_pair.shape[0] - 1), out=pair_of)
+    partition, groups = dealt_packets(packets, count, decoder_ports(), shards)
     ids = np.full(records, UNSELECTED, np.uint16)
-    ids[packets["frame"].to_numpy().astype(np.int64) - 1] = partition_of_pair[pair_of]
+    ids[packets["frame"].to_numpy().astype(np.int64) - 1] = partition
     return ids, groups
 
 

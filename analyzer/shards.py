@@ -36,7 +36,7 @@ SERVER_STATE_COLUMNS: dict[str, tuple[str, ...]] = {k: v for p in protocols()
 
 def shard_frames(names) -> tuple[str, ...]:
     """What the shards of a cut server hand over for ``names`` to be read of the server whole
-    (:func:`merged_shards`): ``names``, those of :data:`SERVER_STATE_FRAMES` replaced by what they are
+    (:class:`MergedShards`): ``names``, those of :data:`SERVER_STATE_FRAMES` replaced by what they are
     built of."""
     out: dict[str, None] = {}
     for name in names:
@@ -53,14 +53,6 @@ def with_server_frames(merged: dict[str, pl.DataFrame], names) -> dict[str, pl.D
         if name in SERVER_STATE_FRAMES:
             frames.set_frame(name, builder_of(name)(frames))
     return {name: frames.frame(name) for name in names}
-
-
-def merged_shards(shards: list, conn_maps: list[pl.DataFrame], names) -> dict[str, pl.DataFrame]:
-    """The frames ``names`` of a server cut into ``shards`` (:func:`decode_partition` of
-    :func:`shard_frames`, with the shards' ``conn_maps`` over every partition, :func:`connection_maps`)
-    as its partition whole would have built them: :class:`MergedShards`' frames, all at once."""
-    merged = MergedShards(shards, conn_maps, names, {}, path="", files=(), pieces=())
-    return {name: merged.frame(name) for name in names}
 
 
 class MergedShards(FrameSet):

@@ -420,10 +420,7 @@ def _pair_packets(pairs: list[tuple[int, int, int, int, int]]) -> pl.DataFrame:
 
 
 def _dealt(packets: pl.DataFrame, count: int, shards: bool) -> tuple[np.ndarray, list[list[int]]]:
-    decision = partitions.PartitionDecision([53, 88])
-    pair_of = decision.pairs_of(packets)
-    partition_of_pair, groups = decision.dealt(count, shards)
-    return partition_of_pair[np.minimum(pair_of, partition_of_pair.shape[0] - 1)], groups
+    return partitions.dealt_packets(packets, count, [53, 88], shards)
 
 
 def test_a_server_above_an_even_share_is_cut_into_shards_of_its_clients():
@@ -451,15 +448,14 @@ def test_a_server_above_an_even_share_is_cut_into_shards_of_its_clients():
 def test_a_cut_server_builds_its_cross_client_frames_on_its_merged_shards(name):
     """The frames a server's state across its clients decides (a break's trigger is another client's
     CREATE, a file handle's path another client's LOOKUP: ``SERVER_STATE_FRAMES``) are its whole
-    partition's when built anew on its merged shards (``merged_shards``), every client a shard."""
+    partition's when built anew on its merged shards (``MergedShards``), every client a shard."""
     names = list(shards.SERVER_STATE_FRAMES)
     assert set(names) == {"smb2_breaks", "nfs_transactions"}
     with open_capture(SAMPLES / name) as whole:
         expected = {n: whole.frame(n) for n in names}
-        decision = partitions.PartitionDecision(decoder_ports())
-        pair_of = decision.pairs_of(whole.packets)
-        partition_of_pair, groups = decision.dealt(1 << 12, True)  # a share of a packet or so: a shard a pair
-        ids = partition_of_pair[np.minimum(pair_of, partition_of_pair.shape[0] - 1)].astype(np.uint16)
+        # a share of a packet or so: a shard a pair
+        partition, groups = partitions.dealt_packets(whole.packets, 1 << 12, decoder_ports(), True)
+        ids = partition.astype(np.uint16)
         count = int(ids.max()) + 1
         reads = [read_part(whole, ids, k) for k in range(count)]
     cut = {k for g in groups for k in g}
@@ -471,7 +467,9 @@ def test_a_cut_server_builds_its_cross_client_frames_on_its_merged_shards(name):
     group = max(groups, key=lambda g: sum(decoded[k][m].height for k in g for m in messages))  # the file server's
     assert len(group) > 1
     maps = connection_maps(decoded)
-    merged = shards.merged_shards([decoded[k] for k in group], [maps[k] for k in group], names)
+    merged_set = shards.MergedShards([decoded[k] for k in group], [maps[k] for k in group], names, {}, path="",
+                                     files=(), pieces=())
+    merged = {n: merged_set.frame(n) for n in names}
     assert set(merged) == set(names)
     for n in names:
         ordinals = [c for c in ORDINALS.get(n, ()) if c in expected[n].columns]
