@@ -32,7 +32,7 @@ from analyzer.shards import SERVER_STATE_COLUMNS, SERVER_STATE_FRAMES, shard_fra
 from analyzer.progress import stage
 
 from .base import (FINDINGS_SCHEMA, PACKET_COLUMNS, SEVERITY_RANK, CaptureView, UndeclaredFrame,  # noqa: F401
-                   empty_findings, view)
+                   empty_findings, rows_among, view)
 from . import incidents, population
 from .params import ParameterError, check_declared, describe_params, make_params
 
@@ -105,6 +105,10 @@ def check_contract(module) -> None:
     uncovered = getattr(module, "UNCOVERED_SEGMENTS", None)
     if uncovered is not None and not (isinstance(uncovered, tuple) and set(uncovered) <= set(module.REQUIRES)):
         raise TypeError(f"{where}.UNCOVERED_SEGMENTS must be a tuple of frames among its REQUIRES: {uncovered!r}")
+    rows = getattr(module, "ROWS", None)
+    if rows is not None and not (isinstance(rows, dict) and set(rows) <= set(module.REQUIRES)
+                                 and all(isinstance(e, pl.Expr) for e in rows.values())):
+        raise TypeError(f"{where}.ROWS must map frames among its REQUIRES to Polars expressions: {rows!r}")
     silence = getattr(module, "SILENCE", None)
     if silence is not None and silence not in {f.name for f in dataclasses.fields(module.Params)}:
         raise TypeError(f"{where}.SILENCE must name one of its Params (the shortest silence it looks for, "
@@ -354,11 +358,13 @@ def hand_over(capture, names: list[str]) -> dict[str, pl.DataFrame]:
     the shards merged (``analyzer.shards.MergedShards``): :func:`server_frames`, the frames a
     server's state decides replaced by what they are built of (``shards.shard_frames``), each
     narrowed to the columns its readers declare and the merge's (``partitions.merge_columns``; of a
-    server-state frame's sources, what its builder reads besides: :func:`_handed_columns`); and of
-    ``tcp_segments`` the rows of the connections that no TCP transaction covers in the frames every
-    reader of it names in ``UNCOVERED_SEGMENTS`` (base.py; all of them when one names none). A
-    connection is whole in one shard, so what covers it is too. On the 10M synth capture in 16
-    partitions, the DNS server's shards hand over its 1.45M ``dns_messages`` rows in 15 of their 45 columns."""
+    server-state frame's sources, what its builder reads besides: :func:`_handed_columns`) and to the
+    rows they declare (``ROWS``, :func:`_handed_rows`); and of ``tcp_segments`` the rows of the
+    connections that no TCP transaction covers in the frames every reader of it names in
+    ``UNCOVERED_SEGMENTS`` (base.py; all of them when one names none). A connection is whole in one
+    shard, so what covers it is too. On the 10M synth capture in 16 partitions, the DNS server's
+    shards hand over 600 of its 1.45M ``dns_messages`` rows (the re-sent queries), in 15 of their 45
+    columns."""
     detectors = available()
     readers = [detectors[n] for n in names]
     read_frames = server_frames(names)
@@ -366,6 +372,9 @@ def hand_over(capture, names: list[str]) -> dict[str, pl.DataFrame]:
     build_frames(capture, wanted)
     out = decode_partition(capture, wanted)
     for name in wanted:
+        rows = _handed_rows(name, readers, read_frames)
+        if rows is not None:
+            out[name] = rows_among(out[name], rows)
         columns = _handed_columns(name, readers, read_frames)
         if columns is not None:
             out[name] = out[name].select(merge_columns(name, out[name], columns))
@@ -389,6 +398,18 @@ def _handed_columns(name: str, readers: list, read_frames: tuple[str, ...]) -> f
                 return None
             columns |= set(SERVER_STATE_COLUMNS[name])
     return frozenset(columns)
+
+
+def _handed_rows(name: str, readers: list, read_frames: tuple[str, ...]) -> pl.Expr | None:
+    """Of frame ``name``, the rows :func:`hand_over` keeps (None: all of them): those any of its readers
+    among ``readers`` declares in ``ROWS``, when every one of them declares some and no server-state
+    frame among ``read_frames`` is built of it (its builder reads every row)."""
+    declared = [getattr(m, "ROWS", {}).get(name) for m in readers if name in m.REQUIRES]
+    if not declared or any(rows is None for rows in declared):
+        return None
+    if any(name in sources and built in read_frames for built, sources in SERVER_STATE_FRAMES.items()):
+        return None
+    return pl.any_horizontal(declared) if len(declared) > 1 else declared[0]
 
 
 def _uncovered_segments(capture, segments: pl.DataFrame, readers: list) -> pl.DataFrame:

@@ -16,6 +16,10 @@ A detector is a module in ``detectors/`` with:
   with those columns alone (reading another raises Polars' ColumnNotFoundError). A scan keeps of a
   frame only the columns its readers declare, once every one of them declares some
   (:func:`detectors.narrow_to_declared`; ``tcp_segments`` is ~112 B a segment in 22 columns).
+- ``ROWS`` (optional): of frames it REQUIRES, the rows it reads where it reads only some, as a Polars
+  expression over its columns (``retry_storm``: of ``dns_messages`` the re-sent queries). Enforced
+  the same way: its view serves such a frame filtered to them (:func:`rows_among`). A shard of a
+  server cut by client hands over no more of a frame than its readers' ROWS (below).
 - ``ORDER`` (optional): where it runs and is listed (ascending; without one, after those with one).
 - ``PARTITION`` (optional): ``"server"`` when its findings are the union of its findings on each
   server partition of the capture (``analyzer.partitions``: every packet to or from a set of servers,
@@ -221,9 +225,16 @@ def severity_from_scale(value: pl.Expr, steps: tuple[float, float, float, float]
 # -- what a detector sees of the capture ------------------------------------------------------------
 
 def view(capture, module) -> "CaptureView":
-    """The view of ``capture`` a detector module (or the population step) reads through: its REQUIRES
-    and COLUMNS."""
-    return CaptureView(capture, module.NAME, module.REQUIRES, getattr(module, "COLUMNS", None))
+    """The view of ``capture`` a detector module (or the population step) reads through: its REQUIRES,
+    COLUMNS and ROWS."""
+    return CaptureView(capture, module.NAME, module.REQUIRES, getattr(module, "COLUMNS", None),
+                       getattr(module, "ROWS", None))
+
+
+def rows_among(frame: pl.DataFrame, rows: pl.Expr) -> pl.DataFrame:
+    """The rows of ``frame`` a detector's ``ROWS`` declares (``rows``); all of them when the frame lacks a
+    column the expression reads (a frame of another shape, which its reader tells apart itself)."""
+    return frame.filter(rows) if set(rows.meta.root_names()) <= set(frame.columns) else frame
 
 
 class UndeclaredFrame(RuntimeError):
@@ -251,17 +262,20 @@ class CaptureView:
     PASS_THROUGH = frozenset({"path", "files", "pieces", "warnings", "frames_by_file"})
 
     def __init__(self, capture, detector: str, requires: Iterable[str],
-                 columns: dict[str, tuple[str, ...]] | None = None):
+                 columns: dict[str, tuple[str, ...]] | None = None, rows: dict[str, pl.Expr] | None = None):
         self._capture = capture
         self.detector = detector
         self.requires = frozenset(requires)
         self.columns = dict(columns or {})  # frame -> the only columns served of it (the detector's COLUMNS)
+        self.rows = dict(rows or {})  # frame -> the only rows served of it (the detector's ROWS)
 
     def frame(self, name: str) -> pl.DataFrame:
         self._check(name)
         if name == "packets":
             return self._capture.packets.select(PACKET_COLUMNS)
         frame = self._capture.frame(name)
+        if name in self.rows:
+            frame = rows_among(frame, self.rows[name])
         return frame.select(self.columns[name]) if name in self.columns else frame
 
     def _check(self, name: str) -> None:

@@ -11,6 +11,47 @@ from analyzer.jit import njit
 S = 1_000_000_000
 
 
+# -- each key's baseline ---------------------------------------------------------------------------
+
+@njit(cache=True)
+def key_baselines(key, t, min_arrivals, bin_ns, min_bins):
+    """Per arrival (sorted by ``key``, then time ``t``): whether its key has at least ``min_arrivals``
+    arrivals, and its key's median arrivals per bin of ``bin_ns`` from the key's first arrival to its
+    last, empty bins included (0 over fewer than ``min_bins`` bins: there is no baseline). One pass
+    over sorted integers: counting per (key, bin) with a hash table was ~535 MB at 7.2M arrivals."""
+    n = t.shape[0]
+    enough = np.zeros(n, np.bool_)
+    median = np.zeros(n, np.float64)
+    counts = np.empty(n, np.int64)  # a key's nonzero bin counts (scratch)
+    i = 0
+    while i < n:
+        j = i
+        while j < n and key[j] == key[i]:
+            j += 1
+        if j - i >= min_arrivals:
+            k0 = t[i]
+            nb = (t[j - 1] - k0) // bin_ns + 1
+            nz = 0
+            last_bin = -1
+            for r in range(i, j):
+                b = (t[r] - k0) // bin_ns
+                if b != last_bin:
+                    counts[nz] = 0
+                    nz += 1
+                    last_bin = b
+                counts[nz - 1] += 1
+            zeros = nb - nz
+            mid = (nb - 1) // 2
+            value = 0.0
+            if nb >= min_bins and mid >= zeros:
+                value = float(np.sort(counts[:nz])[mid - zeros])
+            for r in range(i, j):
+                enough[r] = True
+                median[r] = value
+        i = j
+    return enough, median
+
+
 # -- the segment search ----------------------------------------------------------------------------
 
 # Work bound of the segment search on hostile input (scan steps per arrival, see _kadane_segments).
@@ -174,11 +215,24 @@ def _window_stats(lat, failed, answered, lo, hi):
     return p99, fail, ans, n
 
 
-def stats_columns(t: np.ndarray, req: pl.DataFrame, lo_t: np.ndarray, hi_t: np.ndarray, hi_side: str,
-                   suffix: str) -> dict[str, np.ndarray]:
+# what :func:`stats_columns` reads of a server's requests, as the columns of one frame (sorted by time)
+WINDOW_COLUMNS = ("request_ts_ns", "_latency", "_failed", "_answered")
+
+
+def window_columns() -> list[pl.Expr]:
+    """:data:`WINDOW_COLUMNS` of a frame of requests (``request_ts_ns``, ``latency_ns``, ``failed``,
+    ``answered``): the latency as a float (NaN when none), failed as a float, answered as an integer."""
+    return [pl.col("request_ts_ns"), pl.col("latency_ns").cast(pl.Float64).fill_null(np.nan).alias("_latency"),
+            pl.col("failed").cast(pl.Float64).alias("_failed"), pl.col("answered").cast(pl.Int64).alias("_answered")]
+
+
+def stats_columns(arrays: tuple[np.ndarray, ...], lo_t: np.ndarray, hi_t: np.ndarray, hi_side: str,
+                  suffix: str) -> dict[str, np.ndarray]:
+    """Per window from ``lo_t`` to ``hi_t`` (``hi_side``: "right" includes a request at ``hi_t``) of one
+    server's requests (``arrays``: :data:`WINDOW_COLUMNS`, sorted by time): p99 latency, failure share,
+    answered and requests, suffixed ``suffix``."""
+    t, latency, failed, answered = arrays
     lo = np.searchsorted(t, lo_t, "left")
     hi = np.searchsorted(t, hi_t, hi_side)
-    p99, fail, ans, n = _window_stats(req["latency_ns"].cast(pl.Float64).fill_null(np.nan).to_numpy(),
-                                      req["failed"].cast(pl.Float64).to_numpy(),
-                                      req["answered"].cast(pl.Int64).to_numpy(), lo, hi)
+    p99, fail, ans, n = _window_stats(latency, failed, answered, lo, hi)
     return {f"p99_{suffix}": p99, f"fail_{suffix}": fail, f"answered_{suffix}": ans, f"n_{suffix}": n}

@@ -116,6 +116,9 @@ KINDS = PROTOCOL_KINDS + ("tcp_syn",)  # the protocol of the requests (SYN retri
 REQUIRES = (*TRANSACTION_FRAMES, *RESEND_FRAMES, "connections", "tcp_client_syns", "interfaces")
 # what it reads of the message frames: what the protocols' resends hooks read (Protocol.resends_columns)
 COLUMNS = {p.resends_frame: p.resends_columns for p in registry.protocols() if p.transactions and p.resends_frame}
+# ... and the rows of them, where the hooks read only some (Protocol.resends_rows: re-sent DNS queries, RPC calls)
+ROWS = {p.resends_frame: p.resends_rows for p in registry.protocols()
+        if p.transactions and p.resends_frame and p.resends_rows is not None}
 ORDER = 20  # where it runs and is listed (detectors/__init__.py)
 # chains and episodes are per server: found on each server partition (partial), finished on their parts
 # with what the whole capture decides (finish: relays, each kind's answers and response time; base.py)

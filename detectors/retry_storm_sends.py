@@ -108,8 +108,9 @@ def transaction_sends(capture, frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
         count = proto.resends_count if proto is not None and proto.resends_count in f.columns else None
         req = requests_of({name: f}, keep=("_txn", "_detail", "_status", "_resource", "_transport", "_flow", "_poll")
                           + ((count,) if count else ()))
-        req = req.with_columns(pl.concat_str("key_resource", pl.col("_detail").fill_null(""), separator="\x1f")
-                               .alias("key_resource"))
+        if any(c in f.columns for c in _DETAIL_FIELDS):  # else the key is the resource's (DNS: ~1.7 GB at 7.2M)
+            req = req.with_columns(pl.concat_str("key_resource", pl.col("_detail").fill_null(""), separator="\x1f")
+                                   .alias("key_resource"))
         extra = pl.lit(0, pl.UInt32)
         rts = _resends(capture, proto, f.drop("_txn", "_detail", "_status", "_resource", "_transport", "_flow",
                                               "_poll"))

@@ -82,13 +82,14 @@ from . import toctou_events, toctou_scan
 from .base import (NS_PER_MS, NS_PER_S, SEVERITIES, SEVERITY_RANK, empty_findings, findings, fmt_ns,
                    optional_frame, resolution_ns)
 from .params import LOWER, UPPER, param
-from .toctou_events import FILE_SHARE_ALL, FILE_SHARE_WRITE, MESSAGE_COLUMNS, dn_key, smb_key  # noqa: F401
+from .toctou_events import FILE_SHARE_ALL, FILE_SHARE_WRITE, MESSAGE_COLUMNS, MESSAGE_ROWS, dn_key, smb_key  # noqa: F401
 
 NAME = "toctou"
 KINDS = ("lost_update", "stale_use", "outcome_unknown", "conflict_detected", "race_exposure", "vantage")
 # every frame it reads (packets: the capture's duration; interfaces: resolution_ns)
 REQUIRES = ("smb2_transactions", "ldap_transactions", "ldap_messages", "packets", "interfaces")
 COLUMNS = {"ldap_messages": MESSAGE_COLUMNS}  # what it reads of them (base.py)
+ROWS = {"ldap_messages": MESSAGE_ROWS}
 # its findings are the union of its findings per server partition (base.py; tests/test_partitions.py)
 PARTITION = "server"
 ORDER = 50  # where it runs and is listed (detectors/__init__.py)

@@ -216,6 +216,13 @@ def test_contract_violations_are_refused(throwaway):
     bad.SILENCE = "gap_ns"  # not one of its parameters
     with pytest.raises(TypeError, match="SILENCE must name one of its Params"):
         detectors.register(bad)
+    del bad.SILENCE
+    bad.ROWS = {"dns_messages": pl.col("qr")}  # a frame it does not require
+    with pytest.raises(TypeError, match="ROWS must map frames among its REQUIRES"):
+        detectors.register(bad)
+    bad.ROWS = {"packets": "qr"}  # not an expression
+    with pytest.raises(TypeError, match="ROWS must map frames among its REQUIRES"):
+        detectors.register(bad)
     assert "bad" not in detectors.available()
 
 
@@ -420,6 +427,23 @@ def test_a_view_serves_only_the_declared_columns():
         assert seen.frame("connections").columns == cap.frame("connections").columns
         with pytest.raises(pl.exceptions.ColumnNotFoundError):
             seen.frame("tcp_segments").select("seglen")
+
+
+def test_a_view_serves_only_the_declared_rows():
+    """ROWS (base.py): the view serves a frame filtered to them (retry_storm: of dns_messages the
+    re-sent queries, what DNS's resends hook reads), and its hook finds the same resends in them."""
+    from analyzer.decoders.registry import protocol
+    from detectors.retry_storm_sends import resends_of
+
+    retry_storm = detectors.available()["retry_storm"]
+    with open_capture(SAMPLES / "dns-retry-storm.pcapng") as cap:
+        messages, transactions = cap.frame("dns_messages"), cap.frame("dns_transactions")
+        seen = detectors.view(cap, retry_storm).frame("dns_messages")
+    assert 0 < seen.height < messages.filter(~pl.col("qr")).height
+    assert seen.height == messages.filter(pl.col("retransmission") & ~pl.col("qr")).height
+    dns = protocol("dns")
+    assert resends_of(dns, seen, transactions).equals(resends_of(dns, messages, transactions))
+    assert resends_of(dns, seen, transactions).height == seen.height
 
 
 def test_a_scan_keeps_the_columns_all_readers_declare_and_whole_frames_otherwise():

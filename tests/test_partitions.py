@@ -501,6 +501,24 @@ def test_a_shard_hands_over_the_segments_of_the_connections_no_transaction_cover
     assert break_frame(handed["smb2_messages"], handed["smb2_transactions"]).equals(breaks) and breaks.height
 
 
+def test_a_shard_hands_over_the_rows_its_readers_declare():
+    """``detectors.hand_over``: of a frame every reader of which declares ROWS, the rows they read (the
+    DNS server's re-sent queries, all retry_storm reads of ``dns_messages``); of a server-state frame's
+    source every row (``nfs_messages``, of which ``nfs_transactions`` are built)."""
+    names = detectors.partitioned(list(detectors.available()))
+    on_server = [n for n in names if n not in detectors.sharded(names)]
+    with open_capture(SAMPLES / "dns-retry-storm.pcapng") as cap:
+        messages = cap.frame("dns_messages")
+        handed = detectors.hand_over(cap, on_server)
+    resent = messages.filter(pl.col("retransmission") & ~pl.col("qr"))
+    assert 0 < handed["dns_messages"].height == resent.height < messages.filter(~pl.col("qr")).height
+    assert handed["dns_messages"]["frame_last"].equals(resent["frame_last"])
+    with open_capture(SAMPLES / "nfs3-udp-retrans.pcap") as cap:
+        messages = cap.frame("nfs_messages")
+        handed = detectors.hand_over(cap, on_server)
+    assert handed["nfs_messages"].height == messages.height > 0
+
+
 @pytest.mark.parametrize("name", ["smb2-break-queue.pcap", "krb5-as-tgs-herd.pcapng", "dns-retry-storm.pcapng"])
 def test_a_scan_with_its_servers_cut_into_shards_reports_the_single_process_scan(monkeypatch, capsys, name):
     """In partitions, the sample's server (more than a third of its packets) is cut into shards: their

@@ -100,7 +100,7 @@ PROTOCOL = Protocol(
     request_verb="queried", repeat_verb="re-queried", request_word="queries", operation_after_resource=True,
     # queries re-sent with their id and question: folded into one transaction (RFC 1035 §4.2.1)
     resends="analyzer.decoders.dns_resends:resends", resends_frame="dns_messages", resends_count="retries",
-    resends_columns=tuple(sorted(dns_resends.MESSAGE_COLUMNS)),
+    resends_columns=tuple(sorted(dns_resends.MESSAGE_COLUMNS)), resends_rows=dns_resends.MESSAGE_ROWS,
 )
 
 # --- code tables ----------------------------------------------------------------------------------

@@ -13,6 +13,8 @@ RESEND_SCHEMA = {"client": pl.String, "client_port": pl.UInt16, "server": pl.Str
 # what resends reads of the message frame (Protocol.resends_columns: a scan keeps no more of it for it)
 MESSAGE_COLUMNS = frozenset({"retransmission", "qr", "src", "dst", "sport", "dport", "id", "qname", "qtype",
                              "ts_last_ns", "frame_last", "transport"})
+# the rows of it resends reads, the queries re-sent (Protocol.resends_rows: a shard hands over no others)
+MESSAGE_ROWS = pl.col("retransmission").fill_null(False) & (pl.col("qr") == False)  # noqa: E712
 _NEED_TRANSACTIONS = {"transport", "client", "client_port", "server", "server_port", "id", "resource", "qtype",
                       "request_ts_ns"}
 
@@ -23,7 +25,7 @@ def resends(messages: pl.DataFrame, transactions: pl.DataFrame) -> pl.DataFrame:
     transport, addresses, ports, id and question. Empty when either frame lacks the columns."""
     if not (MESSAGE_COLUMNS <= set(messages.columns) and _NEED_TRANSACTIONS <= set(transactions.columns)):
         return pl.DataFrame(schema=RESEND_SCHEMA)
-    rt = messages.filter(pl.col("retransmission").fill_null(False) & (pl.col("qr") == False)).select(  # noqa: E712
+    rt = messages.filter(MESSAGE_ROWS).select(
         pl.col("transport").cast(pl.String), pl.col("src").cast(pl.String).alias("client"),
         pl.col("sport").cast(pl.UInt16).alias("client_port"), pl.col("dst").cast(pl.String).alias("server"),
         pl.col("dport").cast(pl.UInt16).alias("server_port"), pl.col("id").cast(pl.UInt16),
@@ -32,11 +34,16 @@ def resends(messages: pl.DataFrame, transactions: pl.DataFrame) -> pl.DataFrame:
     if rt.height == 0:
         return pl.DataFrame(schema=RESEND_SCHEMA)
     by = ["transport", "client", "client_port", "server", "server_port", "id", "resource", "qtype"]
-    tx = transactions.with_row_index("txn").select(
+    # only the transactions of an id re-sent can be re-sent (first narrowed by that integer: a DNS
+    # server's transactions are millions, its re-sent queries a few)
+    resent = pl.col("id").cast(pl.UInt16).is_in(rt["id"].drop_nulls().unique().implode())
+    if rt["id"].null_count():
+        resent = resent | pl.col("id").is_null()
+    tx = transactions.lazy().with_row_index("txn").filter(resent).select(
         pl.col("transport").cast(pl.String), pl.col("client").cast(pl.String), pl.col("client_port").cast(pl.UInt16),
         pl.col("server").cast(pl.String), pl.col("server_port").cast(pl.UInt16), pl.col("id").cast(pl.UInt16),
         pl.col("resource").cast(pl.String), pl.col("qtype").cast(pl.UInt16),
-        pl.col("request_ts_ns").cast(pl.Int64).alias("tx_ts"), pl.col("txn").cast(pl.Int64))
+        pl.col("request_ts_ns").cast(pl.Int64).alias("tx_ts"), pl.col("txn").cast(pl.Int64)).collect()
     out = rt.sort("ts").join_asof(tx.sort("tx_ts", "txn"), left_on="ts", right_on="tx_ts", by=by,
                                   strategy="backward", check_sortedness=False)
     return out.filter(pl.col("txn").is_not_null()).select(list(RESEND_SCHEMA)).cast(RESEND_SCHEMA)

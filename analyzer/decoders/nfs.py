@@ -58,7 +58,7 @@ PROTOCOL = Protocol(
     operation_words={"OPEN": "open", "LOOKUP": "lookup", "LOCK": "lock", "LOCKT": "lock test"},
     # calls re-sent with their xid (RFC 5531 §9), folded by nfs_pairing: analyzer/decoders/nfs_resends.py
     resends="analyzer.decoders.nfs_resends:resends", resends_frame="nfs_messages", resends_count="retransmissions",
-    resends_columns=tuple(sorted(nfs_resends.MESSAGE_COLUMNS)),
+    resends_columns=tuple(sorted(nfs_resends.MESSAGE_COLUMNS)), resends_rows=nfs_resends.MESSAGE_ROWS,
     # a lock held by another owner: ask again later (RFC 7530 §16.10.4, RFC 8881 §18.10.4; NLM4 LOCK with
     # block false): lock polling (detectors/lock_polling.py), not a failure
     poll_answers=(("LOCK", "NFS4ERR_DENIED"), ("NLM LOCK", "NLM4_DENIED"), ("NLM LOCK_MSG", "NLM4_DENIED")),

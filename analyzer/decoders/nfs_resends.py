@@ -21,6 +21,8 @@ RESEND_SCHEMA = {"client": pl.String, "client_port": pl.UInt16, "server": pl.Str
 # what resends reads of the message frame (Protocol.resends_columns: a scan keeps no more of it for it)
 MESSAGE_COLUMNS = frozenset({"msg_type", "op_index", "flow", "xid", "src", "sport", "dst", "dport", "program",
                              "version", "procedure", "ts_last_ns", "frame_last", "message"})
+# the rows of it resends reads, the calls (Protocol.resends_rows: a shard hands over no others)
+MESSAGE_ROWS = (pl.col("msg_type").cast(pl.String) == "CALL") & (pl.col("op_index") == 0)
 _NEED_TRANSACTIONS = {"flow", "xid", "client", "client_port", "program", "version", "procedure", "request_ts_ns",
                       "last_call_ts_ns", "retransmissions", "message"}
 _KEY = ["flow", "xid", "client", "client_port", "program", "version", "procedure"]
@@ -45,7 +47,7 @@ def resends(messages: pl.DataFrame, transactions: pl.DataFrame) -> pl.DataFrame:
         pl.col("message").cast(pl.UInt32).alias("first_message"))
     if tx.height == 0:
         return pl.DataFrame(schema=RESEND_SCHEMA)
-    calls = messages.filter((pl.col("msg_type").cast(pl.String) == "CALL") & (pl.col("op_index") == 0)).select(
+    calls = messages.filter(MESSAGE_ROWS).select(
         pl.col("flow").cast(pl.UInt32), pl.col("xid").cast(pl.UInt32), pl.col("src").cast(pl.String).alias("client"),
         pl.col("sport").cast(pl.UInt16).alias("client_port"), pl.col("dst").cast(pl.String).alias("server"),
         pl.col("dport").cast(pl.UInt16).alias("server_port"), pl.col("program").cast(pl.UInt32),

@@ -87,6 +87,9 @@ class Protocol:
     resends_frame: str | None = None  # the message frame ``resends`` reads (one of ``frames``)
     # the columns of it ``resends`` reads (a scan keeps of the frame no more for it: retry_storm's COLUMNS)
     resends_columns: tuple[str, ...] = ()
+    # the rows of it ``resends`` reads, a Polars expression over those columns (None: every row): what a
+    # shard of a cut server hands over of the frame for it (retry_storm's ROWS)
+    resends_rows: object = None
     # the transactions column counting those resends: what is known of them without the message frame
     resends_count: str | None = None
     # (operation, status) answers that say "held by someone else, ask again" — a poll of a contended
@@ -110,6 +113,8 @@ class Protocol:
             raise ValueError(f"{self.name}: resends frame {self.resends_frame!r} is not among its frames")
         if bool(self.resends) != bool(self.resends_columns):
             raise ValueError(f"{self.name}: resends and resends_columns go together")
+        if self.resends_rows is not None and not self.resends:
+            raise ValueError(f"{self.name}: resends_rows without resends")
         if not set(self.from_frames) <= set(self.frames):
             raise ValueError(f"{self.name}: from_frames {self.from_frames!r} are not all among its frames")
         if not {f for k, v in self.server_frames.items() for f in (k, *v)} <= set(self.frames):
