@@ -233,12 +233,12 @@ def client_bucket_task(pieces: list[dict], conn_maps: list[pl.DataFrame], shared
     return then(FrameSet({**shared["frames"], **merged}, **facts))
 
 
-def server_task(shards: list[dict], conn_maps: list[pl.DataFrame], names: tuple[str, ...], shared: dict,
-                then) -> dict:
+def server_task(shards: list[dict], conn_maps: list[pl.DataFrame], names, shared: dict, then) -> dict:
     """One task of the second stage for a server cut into shards (``analyzer.shards``): the
     frames its shards handed over (``hand_over`` of :func:`decode_partition_task`), merged with the
     whole run's connection numbers (``conn_maps``, the shards' partitions') into the frames ``names``
-    its partition whole would have built, each when first read (:class:`~analyzer.shards.MergedShards`),
+    its partition whole would have built (or frame -> the columns read of it), each when first read
+    (:class:`~analyzer.shards.MergedShards`),
     with the whole capture's packet times (the same in each shard) and the caller's ``shared`` frames and
     facts, handed to ``then(frame_set)``; returns what it returns (a dict of small frames)."""
     frames = {**shared["frames"], "packets": _Spilled(shards[0])["packets"]}
@@ -268,7 +268,7 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
                   frame_columns: dict[str, tuple[str, ...]] | None = None,
                   caller_columns: dict[str, tuple[str, ...]] | None = None,
                   caller_silence_ns: int | None = KEEP_EVERY_TIME, shards: bool = False, shard_then=None,
-                  hand_over=None, server_then=None, server_frames: tuple[str, ...] = ()) -> tuple[dict, dict]:
+                  hand_over=None, server_then=None, server_frames=()) -> tuple[dict, dict]:
     """The frames ``names`` of ``cap`` (read whole here, its selection applied), decoded partition by
     partition on ``client``'s cluster, each worker reading its partition's packets alone from the
     files, and merged: the same frames as a single process builds (``analyzer.partitions``); and the
@@ -291,7 +291,8 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
     first three), a server with more than an even share of the packets is cut by client into shards,
     each a partition of its own (``analyzer.shards``), where ``shard_then`` runs instead
     of ``then`` and ``hand_over(capture)`` makes what ``server_then(frame_set)`` reads of the server
-    whole, ``server_frames`` (:func:`server_task`); ``then`` runs on the other partitions. The frames
+    whole, ``server_frames`` (:func:`server_task`; or frame -> the columns read of it,
+    ``detectors.server_read_columns``); ``then`` runs on the other partitions. The frames
     of ``names`` that a server's state across its clients decides (``shards.SERVER_STATE_FRAMES``)
     are then built here on their sources merged (``shards.with_server_frames``).
     ``client`` may be :class:`InProcess`."""
@@ -327,7 +328,7 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
             found = client.gather(extras_of)
             if hand_over is not None and groups:
                 servers = [client.submit(server_task, [client.submit(_part, decoded[k], 3, pure=False) for k in g],
-                                         [conn_maps[k] for k in g], tuple(server_frames), shared or {}, server_then,
+                                         [conn_maps[k] for k in g], server_frames, shared or {}, server_then,
                                          pure=False) for g in groups]
                 found += client.gather(servers)
             if client_frames:

@@ -26,7 +26,7 @@ from analyzer.selection import apply as select
 
 from . import (ParameterError, at_least, available, configure, declared_columns_of, describe, detect_frames,
                detect_merged, detect_partition, expanded, frames_read_here, hand_over, incident_params, incidents,
-               partitioned, plan_reads, population, required_frames, run, server_frames, sharded,
+               partitioned, plan_reads, population, required_frames, run, server_frames, server_read_columns, sharded,
                shortest_silence_ns, top_level)
 from .base import PACKET_COLUMNS
 from .incidents_evidence import DNS_FRAME, READS as LINKER_READS, RETAINED_PACKET_COLUMNS, dns_payloads
@@ -174,7 +174,7 @@ def decode_on_cluster(client, cap, cfg: ScanConfig, *, local: bool, partitions: 
                                    caller_columns=caller_columns(names, on_workers + by_client, shipped),
                                    caller_silence_ns=caller_silence_ns(configured), shard_then=shard_then,
                                    hand_over=handing, server_then=server_then,
-                                   server_frames=server_frames(on_server))
+                                   server_frames=server_read_columns(on_server))
 
 
 def caller_silence_ns(configured: dict[str, object]) -> int | None:

@@ -97,3 +97,23 @@ def test_captures_beyond_synths_reach_are_its_captures_one_after_the_other(tmp_p
     assert len(labels) == 3 * len(part_labels)
     with pytest.raises(SystemExit, match="multiple"):
         bench.ensure_capture(tmp_path, 5000, 1, "pcap", False)
+
+
+def test_server_tasks_bench_measures_each_cut_servers_detectors(tmp_path):
+    """tests/benchmarks/server_tasks.py: a sample whose server is cut at 3 partitions; its task's detectors
+    run on its frames repeated twice, each with its peak anonymous memory, herd's finding twice as many
+    herds as on the frames once."""
+    bench = ROOT / "tests" / "benchmarks" / "server_tasks.py"
+    sample = ROOT / "samples" / "krb5-as-tgs-herd.pcapng"
+    rows = {}
+    for times in (1, 2):
+        out = tmp_path / f"tasks-{times}.json"
+        r = subprocess.run([sys.executable, str(bench), str(sample), "--partitions", "3", "--times", str(times),
+                            "--json", str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+        assert r.returncode == 0, r.stdout + r.stderr
+        rows[times] = json.loads(out.read_text())
+    assert {r["detector"] for r in rows[2]} >= {"herd", "retry_storm", "toctou"}
+    assert all(r["peak_mb"] >= r["start_mb"] > 0 and r["seconds"] >= 0 for r in rows[2])
+    assert len(rows[1]) == len(rows[2])
+    herds = [next(r["found"] for r in rows[t] if r["detector"] == "herd") for t in (1, 2)]
+    assert herds[1] == 2 * herds[0] > 0  # each copy's herd, a second apart

@@ -794,3 +794,17 @@ def test_transactions_of_messages_in_any_order_are_the_same(sample):
     assert tx.height > 20 and tx["path"].is_not_null().any() and tx["response_frame"].is_not_null().all()
     assert pair_transactions(m.sample(fraction=1.0, shuffle=True, seed=7)).equals(tx)
     assert pair_transactions(m.reverse()).equals(tx)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(st.none(), st.integers(-5, 60)), max_size=40),
+       st.lists(st.one_of(st.none(), st.integers(-5, 60)), max_size=6), st.integers(0, 20))
+def test_trigger_candidates_are_those_in_a_notifications_window(times, notes, window):
+    """smb2_breaks._in_a_window keeps exactly the requests _pick_triggers can look at: at most the window
+    before a notification, at it included (null times read as -1 by both)."""
+    from analyzer.decoders.smb2_breaks import _in_a_window
+
+    kept = _in_a_window(pl.Series(times, dtype=pl.Int64), pl.Series(notes, dtype=pl.Int64), window).to_list()
+    as_read = [-1 if t is None else t for t in times]
+    note_ts = [-1 if t is None else t for t in notes]
+    assert kept == [any(n - window <= t <= n for n in note_ts) for t in as_read]

@@ -118,9 +118,9 @@ def break_frame(messages: pl.DataFrame, transactions: pl.DataFrame, params: Para
         pl.when(lease).then(pl.col("lease_epoch")).alias("lease_epoch"),
     )
     # acknowledgments: the latest notification for the key at or before each ack takes it
-    acks = transactions.filter(pl.col("break_kind").is_in(["oplock_break_ack", "lease_break_ack"])).join(
-        rows.select("message", "chain_index", "ord", "fid_persistent", "fid_volatile",
-                    pl.col("oplock").alias("ack_oplock")), on=KEY, how="left")
+    acks = transactions.filter(pl.col("break_kind").is_in(["oplock_break_ack", "lease_break_ack"]))
+    acks = acks.join(_rows_of(rows, acks).select("message", "chain_index", "ord", "fid_persistent", "fid_volatile",
+                                                 pl.col("oplock").alias("ack_oplock")), on=KEY, how="left")
     ack_key = pl.when(pl.col("break_kind") == "lease_break_ack").then(pl.col("lease_key")).otherwise(fid_key)
     a = acks.select(pl.col("server"), ack_key.alias("bkey"), pl.col("ord").alias("_on"),
                     pl.col("request_frame").alias("ack_frame"), pl.col("request_ts_ns").alias("ack_ts_ns"),
@@ -168,11 +168,22 @@ def break_frame(messages: pl.DataFrame, transactions: pl.DataFrame, params: Para
 
 
 
+def _rows_of(rows: pl.DataFrame, tx: pl.DataFrame) -> pl.DataFrame:
+    """The header ``rows`` of the NBSS messages of transactions ``tx`` (a few among millions: joined on
+    KEY, only they are hashed)."""
+    return rows.filter(pl.col("message").is_in(tx["message"].drop_nulls().unique().implode()))
+
+
 def _owners(n: pl.DataFrame, tx: pl.DataFrame, rows: pl.DataFrame) -> pl.DataFrame:
     """The open that held the oplock (by FileId, from CREATE responses) or lease (by LeaseKey, from
-    CREATE requests), the latest before the notification, on the same server."""
-    creates = tx.filter(pl.col("operation") == "CREATE").join(
-        rows.select("message", "chain_index", "ord", "filename"), on=KEY, how="left")
+    CREATE requests), the latest before the notification, on the same server. Only the CREATEs of a
+    notified FileId or LeaseKey can be (a LeaseKey, a GUID, is never a FileId's "persistent:volatile"):
+    those are picked first, by the FileId's persistent half and the LeaseKey."""
+    notified = (pl.col("fid_persistent").is_in(n["fid_persistent"].drop_nulls().unique().implode())
+                | pl.col("lease_key").is_in(n["lease_key"].drop_nulls().unique().implode()))
+    creates = tx.filter((pl.col("operation") == "CREATE") & notified.fill_null(False))
+    creates = creates.join(_rows_of(rows, creates).select("message", "chain_index", "ord", "filename"), on=KEY,
+                           how="left")
     ok = creates.filter(pl.col("status_code") == 0)
     fid_key = pl.concat_str([pl.col("fid_persistent").cast(pl.String), pl.lit(":"),
                              pl.col("fid_volatile").cast(pl.String)])
@@ -247,7 +258,8 @@ def _triggers(n: pl.DataFrame, tx: pl.DataFrame, params: Params) -> pl.DataFrame
     cols = ("trigger_frame", "trigger_flow", "trigger_client", "trigger_operation", "trigger_path",
             "trigger_status", "trigger_response_frame", "trigger_wait_ns", "trigger_match")
     notes = n.filter(pl.col("path_key").is_not_null())
-    cand = tx.filter(pl.col("path").is_not_null() & ~pl.col("operation").is_in(["OPLOCK_BREAK", "CANCEL"])) \
+    cand = tx.filter(pl.col("path").is_not_null() & ~pl.col("operation").is_in(["OPLOCK_BREAK", "CANCEL"]))
+    cand = cand.filter(_in_a_window(cand["request_ts_ns"], notes["ts_ns"], int(params.trigger_window_ns))) \
         .with_row_index("cand") \
         .with_columns(_path_key(pl.col("share"), pl.col("path").str.slice(pl.col("share").str.len_chars()
                                                                           .fill_null(0))).alias("c_key"))
@@ -309,6 +321,18 @@ def _triggers(n: pl.DataFrame, tx: pl.DataFrame, params: Params) -> pl.DataFrame
         pl.when(pl.col("_blocked")).then(pl.lit("blocked")).otherwise(pl.lit("preceding")).alias("trigger_match"),
     )
     return n.join(trig, on="ord", how="left")
+
+
+def _in_a_window(ts: pl.Series, note_ts: pl.Series, window_ns: int) -> pl.Series:
+    """Whether each request time ``ts`` lies within ``window_ns`` before (or at) a notification's
+    ``note_ts``: the only candidates :func:`_pick_triggers` looks at (null times as it reads them, -1).
+    A file server's requests are millions, its breaks a few: the others are not keyed by path."""
+    notes = np.sort(note_ts.cast(pl.Int64).fill_null(-1).to_numpy())
+    t = ts.cast(pl.Int64).fill_null(-1).to_numpy()
+    if notes.shape[0] == 0:
+        return pl.Series(np.zeros(t.shape[0], np.bool_))
+    nearest = notes[np.minimum(np.searchsorted(notes, t, side="left"), notes.shape[0] - 1)]  # the first at or after
+    return pl.Series((nearest >= t) & (nearest - window_ns <= t))
 
 
 @njit(cache=True)
