@@ -287,8 +287,8 @@ def _server_stats(req: pl.LazyFrame, eps: pl.DataFrame, params: Params) -> pl.Da
     herd must not inflate it, and leaving out a burst that only a looser setting calls a herd must
     not hide a rise (lowering a threshold never downgrades a finding). One sorted pass per server (window
     bounds by binary search), never a join of every episode with every request; the requests' columns
-    it reads are sorted once into one frame, each server a slice of it (on the DNS server of the 100M
-    synth capture, 7.2M requests, each further copy was ~335 MB)."""
+    it reads are sorted once into one frame, each server a slice of it (7.2M requests, the 10M synth
+    capture's DNS server ten times: each further copy was ~335 MB)."""
     runs = (eps.filter(pl.col("clients") > 1).select("seg", "protocol", "server", "start_ns", "end_ns")
             .sort("protocol", "server", "start_ns", "seg")
             .with_columns((pl.col("start_ns") > pl.col("end_ns").cum_max().shift(1).over("protocol", "server"))
