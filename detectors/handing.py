@@ -68,11 +68,10 @@ def _handed_columns(name: str, readers: list, read_frames: tuple[str, ...]) -> f
     if read and declared is None:
         return None
     columns = set(declared or ())
-    for built, sources in SERVER_STATE_FRAMES.items():
-        if name in sources and built in read_frames:
-            if name not in SERVER_STATE_COLUMNS:
-                return None
-            columns |= set(SERVER_STATE_COLUMNS[name])
+    if _builds_of(name, read_frames):
+        if name not in SERVER_STATE_COLUMNS:
+            return None
+        columns |= set(SERVER_STATE_COLUMNS[name])
     return frozenset(columns)
 
 
@@ -83,9 +82,14 @@ def _handed_rows(name: str, readers: list, read_frames: tuple[str, ...]) -> pl.E
     declared = [getattr(m, "ROWS", {}).get(name) for m in readers if name in m.REQUIRES]
     if not declared or any(rows is None for rows in declared):
         return None
-    if any(name in sources and built in read_frames for built, sources in SERVER_STATE_FRAMES.items()):
+    if _builds_of(name, read_frames):
         return None
     return pl.any_horizontal(declared) if len(declared) > 1 else declared[0]
+
+
+def _builds_of(name: str, read_frames: tuple[str, ...]) -> list[str]:
+    """The server-state frames among ``read_frames`` built of frame ``name`` (``shards.SERVER_STATE_FRAMES``)."""
+    return [built for built, sources in SERVER_STATE_FRAMES.items() if name in sources and built in read_frames]
 
 
 def _uncovered_segments(capture, segments: pl.DataFrame, readers: list) -> pl.DataFrame:
