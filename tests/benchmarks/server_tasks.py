@@ -34,12 +34,13 @@ import re
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).parent))
+from bench import AnonPeak, ensure_capture  # noqa: E402 - the benchmark's sampler and capture cache
 
 # columns holding an instant (ns since the epoch), shifted per copy; other *_ns columns are durations
 INSTANT_COLUMNS = re.compile(r"(?:.*_)?ts(?:_.*)?_ns|first_entry_ns|till_ns|stime_ns|ctime_ns")
@@ -47,8 +48,6 @@ INSTANT_COLUMNS = re.compile(r"(?:.*_)?ts(?:_.*)?_ns|first_entry_ns|till_ns|stim
 ID_COLUMNS = ("conn", "flow", "owner_flow", "trigger_flow", "message")
 # between the last packet of one copy and the first of the next, as bench.REPEAT_GAP_US
 COPY_GAP_NS = 1_000_000_000
-# how often the child samples its RssAnon
-SAMPLE_S = 0.003
 GIVEN = "_given_"  # the frames the task is given (packets, interfaces), not merged
 SOURCE = "_source_"  # a server-state frame's source, merged to build it and let go of
 
@@ -114,11 +113,6 @@ def repeated(frame, times: int, span_ns: int, frames_per_copy: int):
     return pl.concat(copies, rechunk=True)
 
 
-def _anon_mb() -> int:
-    with open("/proc/self/status") as status:
-        return int(re.search(r"RssAnon:\s+(\d+)", status.read()).group(1)) // 1024
-
-
 def measure_task(task_dir: Path, times: int, only: list[str] | None) -> list[dict]:
     """Each of the task's detectors run as ``detectors.detect_merged`` runs them, on its frames
     repeated ``times`` times: its name, seconds, the process's RssAnon (MB) as it began and at its
@@ -145,14 +139,6 @@ def measure_task(task_dir: Path, times: int, only: list[str] | None) -> list[dic
         def _merged(self, names):
             return {name: repeated(pl.read_ipc(kept(name)), times, span_ns, per_copy) for name in names}
 
-    peak = [0]
-
-    def sample():
-        while True:
-            peak[0] = max(peak[0], _anon_mb())
-            time.sleep(SAMPLE_S)
-
-    threading.Thread(target=sample, daemon=True).start()
     names = detectors.partitioned(list(detectors.available()))
     on = [n for n in names if n not in detectors.sharded(names) and (only is None or n in only)]
     read = detectors.server_read_columns(on)
@@ -163,12 +149,13 @@ def measure_task(task_dir: Path, times: int, only: list[str] | None) -> list[dic
         run = getattr(module, step)
 
         def watched(*args, _run=run, _name=name, **kwargs):
-            start = peak[0] = _anon_mb()
             t0 = time.perf_counter()
-            out = _run(*args, **kwargs)
+            with AnonPeak(os.getpid()) as anon:
+                start = anon.peak
+                out = _run(*args, **kwargs)
             found = out.get("episodes", pl.DataFrame()).height if isinstance(out, dict) else out.height
-            rows.append({"detector": _name, "seconds": time.perf_counter() - t0, "start_mb": start,
-                         "peak_mb": max(peak[0], _anon_mb()), "found": found})
+            rows.append({"detector": _name, "seconds": time.perf_counter() - t0, "start_mb": start // 1024,
+                         "peak_mb": anon.peak // 1024, "found": found})
             return out
 
         setattr(module, step, watched)
@@ -211,10 +198,7 @@ def main(argv=None) -> int:
         return 0
     capture = args.capture
     if capture is None:
-        sys.path.insert(0, str(Path(__file__).parent))
-        import bench
-
-        capture = str(bench.ensure_capture(ROOT / ".bench", 10_000_000, 1, "pcap", False)[0])
+        capture = str(ensure_capture(ROOT / ".bench", 10_000_000, 1, "pcap", False)[0])
     me = [sys.executable, str(Path(__file__).resolve())]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     results = []
