@@ -81,6 +81,8 @@ from analyzer.durations import fmt_limited, fmt_ns  # noqa: F401 - the detectors
 from analyzer.decoders import registry
 from analyzer.decoders.protocol import Protocol
 
+from .client_streams import split_rows
+
 SEVERITIES = ("informational", "low", "medium", "high", "critical")
 SEVERITY = pl.Enum(list(SEVERITIES))
 SEVERITY_RANK = {s: k for k, s in enumerate(SEVERITIES)}
@@ -339,25 +341,16 @@ def client_identity_by(requests: pl.DataFrame, by: list[str], *, addr: str = "cl
 
     Per address (within ``by``) rather than per capture, so that one forwarder, NAT gateway or
     multi-process host does not turn every stub resolver of the capture into many clients.
-    :func:`client_identity` is this rule with no grouping, as an expression. The overlap test runs on
-    a narrow integer frame: sorting the requests themselves (strings and all) would cost several
-    times more."""
+    :func:`client_identity` is this rule with no grouping, as an expression. The overlap test walks
+    integer columns (detectors/client_streams.py): sorting the requests themselves (strings and all)
+    would cost several times more."""
     if requests.height == 0:
         return requests.with_columns(pl.lit(None, pl.String).alias(name),
                                      pl.lit(None, pl.String).alias("client_identity"))
-    group = requests.select(pl.struct([pl.col(c) for c in by] + [pl.col(addr).cast(pl.String)]).hash()
-                            .alias("g"))["g"]
-    narrow = pl.DataFrame({"g": group}).with_columns(
-        requests[start].alias("s"), requests[port].alias("p"),
-        pl.coalesce(requests[end], requests[start] + timeout_ns).alias("e")).sort("g", "s", maintain_order=True)
-    same = pl.col("g") == pl.col("g").shift(1)
-    split = narrow.filter(
-        (same & (pl.col("s") < pl.col("e").cum_max().over("g").shift(1)) & (pl.col("p") != pl.col("p").shift(1)))
-        .fill_null(False)).select(pl.col("g").unique())["g"]
+    mask = split_rows(requests, by, addr, port, start, end, timeout_ns)
     ids = requests[addr].cast(pl.String).alias(name)
-    if split.len() == 0:
+    if mask is None:
         return requests.with_columns(ids, pl.lit("address").alias("client_identity"))
-    mask = group.is_in(split.implode())
     rows = mask.arg_true()  # address:port strings only where an address was split (few rows)
     picked = requests.select(pl.col(addr).cast(pl.String).alias("a"), pl.col(port).alias("p"))[rows]
     ids = ids.scatter(rows, picked.select(pl.format("{}:{}", "a", "p")).to_series())
@@ -372,12 +365,12 @@ def client_identity(requests: pl.DataFrame, *, addr: str = "client", port: str =
     client of a row (of ``requests`` or of any frame with the ``addr`` and ``port`` columns, e.g. the
     SMB2 break notifications of a client's transactions), and the name of the rule in force
     ("address+port" when some address was split, else "address")."""
-    marked = client_identity_by(requests, [], addr=addr, port=port, start=start, end=end,
-                                timeout_ns=timeout_ns, name="_client")
     own = pl.col(addr).cast(pl.String)
-    split = marked.filter(pl.col("client_identity") == "address+port")[addr].cast(pl.String).unique().sort()
-    if split.len() == 0:
+    mask = split_rows(requests, [], addr, port, start, end, timeout_ns) if requests.height else None
+    if mask is None:
         return own, "address"
+    # of the requests only the split rows' addresses (a filter of the frame would copy every column)
+    split = requests[addr].filter(mask).cast(pl.String).unique().sort()
     return (pl.when(own.is_in(split.implode())).then(pl.format("{}:{}", own, pl.col(port))).otherwise(own),
             "address+port")
 

@@ -64,6 +64,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 
 from .base import (NS_PER_MS, NS_PER_S, SEVERITY_RANK, client_identity, empty_findings, findings, fmt_ns,
@@ -229,8 +230,11 @@ def _waiter_pairs(b: pl.DataFrame, tx: pl.DataFrame, ident: pl.Expr, end: int | 
         return pl.DataFrame()
     fid = pl.concat_str([pl.lit("F:"), pl.col("fid_persistent").cast(pl.String), pl.lit(":"),
                          pl.col("fid_volatile").cast(pl.String)])
+    # only a request sent within a break's span can wait behind it: the rest (a file server's millions)
+    # are not keyed by path and client (on the 10M synth capture's file server at 10x, ~670 MB less)
+    during = _within_any(tx["request_ts_ns"], bq["b_start"], bq["b_end"])
     cand = tx.with_row_index("tid").filter(
-        pl.col("path").is_not_null() & ~pl.col("operation").is_in(["OPLOCK_BREAK", "CANCEL"])
+        during & pl.col("path").is_not_null() & ~pl.col("operation").is_in(["OPLOCK_BREAK", "CANCEL"])
         & ~pl.col("pending_by_design").fill_null(False)
     ).with_columns(
         (pl.coalesce(pl.col("response_ts_ns"), pl.lit(end, pl.Int64)) - pl.col("request_ts_ns")).alias("wait_ns"),
@@ -252,6 +256,17 @@ def _waiter_pairs(b: pl.DataFrame, tx: pl.DataFrame, ident: pl.Expr, end: int | 
     )
     # a request waits behind one break: the latest that started before it
     return pairs.sort("tid", "b_start", "bid").unique("tid", keep="last", maintain_order=True)
+
+
+def _within_any(ts: pl.Series, starts: pl.Series, ends: pl.Series) -> pl.Series:
+    """Whether each time ``ts`` lies in one of the closed spans ``starts[i]..ends[i]`` (null: in none):
+    a time is in a span when more spans start at or before it than end before it."""
+    spans = pl.DataFrame({"s": starts, "e": ends}).cast(pl.Int64).drop_nulls().filter(pl.col("s") <= pl.col("e"))
+    t = ts.cast(pl.Int64)
+    s, e = np.sort(spans["s"].to_numpy()), np.sort(spans["e"].to_numpy())
+    values = t.fill_null(0).to_numpy()
+    inside = np.searchsorted(s, values, side="right") > np.searchsorted(e, values, side="left")
+    return pl.Series(inside & t.is_not_null().to_numpy())
 
 
 def _waiters(b: pl.DataFrame, tx: pl.DataFrame, ident: pl.Expr, end: int | None, params: Params) -> pl.DataFrame:

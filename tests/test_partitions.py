@@ -30,7 +30,7 @@ from analyzer.partitions import (CONNECTION_FRAMES, ORDINALS, FrameSet, balanced
                                  connection_maps, decode_partition, decoder_ports, merge_frames, partition_ids,
                                  partition_of_packets, read_part)
 from analyzer.decoders.smb2 import break_frame
-from analyzer.decoders.smb2_frames import HEADER_COLUMNS
+from analyzer.decoders.smb2_breaks import MESSAGE_COLUMNS as BREAK_MESSAGE_COLUMNS
 from rocev2_captures import rocev2_capture
 
 ROOT = Path(__file__).parent.parent
@@ -497,7 +497,7 @@ def test_a_shard_hands_over_the_segments_of_the_connections_no_transaction_cover
     assert handed["tcp_segments"].height == 0  # every connection SMB2's
     # the breaks' sources: what their builder and saturation read of them, from which they are built alike
     kept = set(handed["smb2_messages"].columns)
-    assert "smb2_breaks" not in handed and set(HEADER_COLUMNS) <= kept and len(kept) < len(smb2.columns) / 2 + 8
+    assert "smb2_breaks" not in handed and set(BREAK_MESSAGE_COLUMNS) <= kept and len(kept) < len(smb2.columns) / 2
     assert break_frame(handed["smb2_messages"], handed["smb2_transactions"]).equals(breaks) and breaks.height
 
 

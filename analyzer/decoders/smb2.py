@@ -35,7 +35,8 @@ from . import smb2_kernel as k
 from . import smb2_tables as t
 from . import kerberos_ap_tokens, ntstatus
 from .ntstatus import code_names, status_names
-from .smb2_frames import HEADER_COLUMNS, MESSAGE_ORDER
+from .smb2_breaks import MESSAGE_COLUMNS as BREAK_MESSAGE_COLUMNS
+from .smb2_frames import MESSAGE_ORDER
 from .smb2_pairing import BREAK_COLUMNS, TRANSACTION_COLUMNS, Params, break_frame, pair_transactions
 from .text import arena_strings
 
@@ -48,7 +49,7 @@ PROTOCOL = Protocol(
     frames=("smb2_messages", "smb2_transactions", "smb2_breaks"), transactions="smb2_transactions",
     from_frames=("smb2_breaks",),  # break_frame(smb2_messages, smb2_transactions)
     server_frames={"smb2_breaks": ("smb2_messages", "smb2_transactions")},  # the trigger: another client's open
-    server_frame_columns={"smb2_messages": HEADER_COLUMNS},  # break_frame reads them of its header rows
+    server_frame_columns={"smb2_messages": BREAK_MESSAGE_COLUMNS},  # what break_frame reads of them
     # MS-SMB2 3.2.4.2: a connection is negotiated, a session set up and a share connected before work
     setup_operations=("NEGOTIATE", "SESSION_SETUP", "TREE_CONNECT", "TREE_DISCONNECT", "LOGOFF", "ECHO", "CANCEL"),
     setup_words="negotiate/session setup", work_operations=("CREATE",),

@@ -48,9 +48,6 @@ USED = ("transport", "flow", "src", "dst", "sport", "dport", "frame_last", "ts_l
 MESSAGE_ORDER = ("frame_last", "message", "chain_index")
 
 
-# what header_rows reads of smb2_messages (SMB2's Protocol.server_frame_columns: the breaks' builder reads no more)
-HEADER_COLUMNS = ("kind", *USED)
-
 
 def header_rows(messages: pl.DataFrame) -> pl.DataFrame:
     """SMB2 rows in wire order with an ordinal ``ord``, the compound size, and SessionId / TreeId

@@ -193,7 +193,11 @@ def main(argv=None) -> int:
     if args.keep_task_frames:  # child: the scan
         return keep_task_frames(Path(args.into), json.loads(args.keep_task_frames))
     only = args.detectors.split(",") if args.detectors else None
-    if args.measure_task:  # child: one task
+    if args.measure_task:  # child: one task, its allocators set as the scan sets them (before Polars loads)
+        from analyzer.memory import configure_polars_allocator, return_freed_memory_promptly
+
+        return_freed_memory_promptly()
+        configure_polars_allocator()
         print(json.dumps(measure_task(Path(args.measure_task), args.times, only)))
         return 0
     capture = args.capture
