@@ -17,6 +17,7 @@ import numpy as np
 import polars as pl
 
 from analyzer.jit import njit
+from analyzer.wide_frames import row_wise
 
 _NULL = np.iinfo(np.int64).min  # a missing time: sorts first, as Polars sorts nulls, and is never compared
 
@@ -26,8 +27,7 @@ def split_rows(requests: pl.DataFrame, by: list[str], addr: str, port: str, star
     """The rows of ``requests`` whose address (within ``by``) runs concurrent request streams from
     different ports (module doc): an end that is null means outstanding for ``timeout_ns``. None when
     no address does."""
-    group = requests.select(pl.struct([pl.col(c) for c in by] + [pl.col(addr).cast(pl.String)]).hash()
-                            .alias("g"))["g"].to_numpy()
+    group = row_wise(requests, pl.struct([pl.col(c) for c in by] + [pl.col(addr).cast(pl.String)]).hash()).to_numpy()
     begun = pl.col(start).cast(pl.Int64)
     sent, ended, ports = (requests.select(expr)[:, 0].to_numpy() for expr in (
         begun.fill_null(_NULL), pl.coalesce(pl.col(end).cast(pl.Int64), begun + timeout_ns).fill_null(_NULL),

@@ -93,6 +93,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from analyzer.wide_frames import row_wise
+
 from .base import (NS_PER_MS, client_identity_by, fmt_limited, fmt_ns, fmt_number, findings, empty_findings, resolution_ns,
                    severity_from_scale, transaction_frames, PROTOCOL_KINDS, RESOLUTION_TICKS, SEVERITIES,
                    TRANSACTION_FRAMES, protocol_declaration)
@@ -227,8 +229,8 @@ def _with_keys(req: pl.DataFrame) -> pl.DataFrame:
         req = req.with_columns(pl.col("operation").alias("key_operation"), pl.col("resource").alias("named"),
                                pl.lit(False).alias("dir_row"), pl.lit(False).alias("fs_row"),
                                pl.lit(False).alias("setup_row"))
-    return req.with_columns(
-        pl.concat_str("protocol", "server", "key_operation", "key_resource", separator="\x1f").hash().alias("key"))
+    return req.with_columns(row_wise(
+        req, pl.concat_str("protocol", "server", "key_operation", "key_resource", separator="\x1f").hash()).alias("key"))
 
 
 def _episodes(req: pl.DataFrame, params: Params, t_first: int, t_last: int) -> pl.DataFrame:

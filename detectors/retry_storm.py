@@ -98,6 +98,7 @@ import numpy as np
 import polars as pl
 
 from analyzer.decoders import registry
+from analyzer.wide_frames import row_wise
 
 from . import retry_storm_backoff
 from .base import (client_identity_by, fmt_limited, fmt_ns, fmt_number, findings, empty_findings, resolution_ns,
@@ -359,7 +360,7 @@ def partial(capture, params: Params = Params()) -> dict[str, pl.DataFrame]:
     # only addresses with a send that was not answered successfully, or answered only after the address's
     # next send to that server, can have retried (cheap filter before the client identity and the sort)
     # (on a narrow integer frame keyed by the hash of kind, server and client: sorting the strings is what costs)
-    addr_g = sends.select(pl.struct("kind", "server", "client").hash())[:, 0]
+    addr_g = row_wise(sends, pl.struct("kind", "server", "client").hash())
     late = ((pl.col("_a") == pl.col("_a").shift(-1)) & (pl.col("ok_ts") > pl.col("ts").shift(-1))).fill_null(False)
     cand = (sends.select(addr_g.alias("_a"), "ts", "ok_ts", "extra", "latency_ns").sort("_a", "ts")
             .filter(pl.col("ok_ts").is_null() | (pl.col("extra") > 0) | pl.col("latency_ns").is_null() | late)
@@ -367,8 +368,9 @@ def partial(capture, params: Params = Params()) -> dict[str, pl.DataFrame]:
     sub = sends.filter(addr_g.is_in(cand.implode()))
     sub = client_identity_by(sub, ["kind", "server"], start="ts", end="end_ts")
     gkey = ["kind", "client_id", "server", "server_port", "operation", "key_resource"]
-    narrow = sub.select("_row", pl.struct(gkey).hash().alias("_g"), "ts", "ok_ts", "err_ts", "reliable", "flow",
-                        "extra", "same_id").sort("_g", "ts", "_row")
+    narrow = sub.select("_row", row_wise(sub, pl.struct(gkey).hash()).alias("_g"), "ts")
+    narrow = narrow.with_columns(sub.select("ok_ts", "err_ts", "reliable", "flow", "extra", "same_id")) \
+        [narrow.select(pl.arg_sort_by("_g", "ts", "_row"))[:, 0]]  # a total order: sorted by its keys alone
     prev_ok = (pl.col("ok_ts").shift(1) <= pl.col("ts")).fill_null(False)
     prev_err = (pl.col("err_ts").shift(1) <= pl.col("ts")).fill_null(False)
     # no answer yet: a resend over UDP (or a new SYN); over TCP the transport retransmits, so a request
@@ -399,7 +401,9 @@ def partial(capture, params: Params = Params()) -> dict[str, pl.DataFrame]:
            "latencies": first_try.select("kind", "latency_ns")}
     if narrow.height == 0:
         return out
-    s = sub.join(narrow, on="_row", how="inner").sort("chain", "ts", "_row")
+    # sub's rows of the retried sends, by position (``_row`` rises through sub): a join would hash sub whole
+    at = np.searchsorted(sub["_row"].to_numpy(), narrow["_row"].to_numpy())
+    s = sub[at].hstack(narrow.drop("_row")).sort("chain", "ts", "_row")
     retried = s.group_by("chain").agg(
         pl.col("kind").first(), pl.col("client_id").first(), pl.col("client_identity").first(),
         pl.col("server").first(), pl.col("server_port").first(), pl.col("operation").first(),
