@@ -67,7 +67,7 @@ from .kernels.pairs import PairTable
 from .kernels.silences import KEEP_EVERY_TIME, SPAN_ONLY_NS, thinned_times
 from .messages import flow_key
 from .record_index import RecordIndex, RecordIndexWriter
-from .wide_frames import sorted_rows
+from .wide_frames import sorted_held
 
 # frame -> the columns its builder sorts its rows by (after the ids are renumbered); a frame not
 # listed here keeps partition order, which tests/test_partitions.py would catch
@@ -539,19 +539,19 @@ def merge_frames(parts: list[dict[str, pl.DataFrame]], conn_maps: list[pl.DataFr
         bases = _ordinal_bases(parts, name, frames)
         frames = [_renumber(name, f, conn_maps[k], udp[k], bases[k]) for k, f in enumerate(frames)]
         nonempty = [f for f in frames if f.height] or frames[:1]
-        frame = pl.concat(_unify_enums(nonempty), how="vertical_relaxed") if len(nonempty) > 1 else nonempty[0]
-        if "qp_pair" in frame.columns:
-            frame = _qp_pairs(frame)
-        merged[name] = _in_merge_order(frame, name)
+        held = [pl.concat(_unify_enums(nonempty), how="vertical_relaxed") if len(nonempty) > 1 else nonempty[0]]
+        del frames, nonempty  # the merged frame alone holds the parts' columns: gathered, each is let go of
+        if "qp_pair" in held[0].columns:
+            held = [_qp_pairs(held.pop())]
+        merged[name] = _in_merge_order(held, name)
     return merged
 
 
-def _in_merge_order(frame: pl.DataFrame, name: str) -> pl.DataFrame:
-    """``frame``'s rows in the order its builder sorts them (:data:`MERGE_ORDER`, stable): gathered once
-    by the keys' arg sort (``wide_frames.sorted_rows``: a sort of the wide frame held its columns about
-    twice), or as they are when already in order."""
-    order = tuple(c for c in MERGE_ORDER.get(name, ()) if c in frame.columns)
-    return sorted_rows(frame, order) if order else frame
+def _in_merge_order(held: list[pl.DataFrame], name: str) -> pl.DataFrame:
+    """The frame ``held[0]`` (given up by the caller) in its builder's order (:data:`MERGE_ORDER`, stable),
+    by ``wide_frames.sorted_held`` (a sort of the wide frame held its columns about twice)."""
+    order = tuple(c for c in MERGE_ORDER.get(name, ()) if c in held[0].columns)
+    return sorted_held(held, order) if order else held.pop()
 
 
 # -- client buckets ----------------------------------------------------------------------------------

@@ -29,11 +29,21 @@ def sorted_rows(frame: pl.DataFrame, by: tuple[str, ...]) -> pl.DataFrame:
     """``frame``'s rows in the stable order of ``by`` (as ``frame.sort(by, maintain_order=True)``):
     itself when already in order, else one gather by the keys' stable arg sort; sorted by
     ``DataFrame.sort`` when the keys have nulls (:func:`in_order` does not judge those)."""
+    return sorted_held([frame], by)
+
+
+def sorted_held(held: list[pl.DataFrame], by: tuple[str, ...]) -> pl.DataFrame:
+    """:func:`sorted_rows` of the frame ``held[0]``; when the caller gives it up (``held`` holds its
+    only reference; it is emptied), gathered with :func:`gathered`, so the frame and its sorted copy
+    are not both held whole (a merge of a big server's shards: its frame's size less)."""
+    frame = held[0]
     if frame.select(pl.any_horizontal(pl.col(list(by)).is_null().any())).item():
-        return frame.sort(by, maintain_order=True)
+        return held.pop().sort(by, maintain_order=True)
     if in_order(frame, by):
-        return frame
-    return frame[frame.select(pl.arg_sort_by(*by, maintain_order=True)).to_series()]
+        return held.pop()
+    rows = frame.select(pl.arg_sort_by(*by, maintain_order=True)).to_series()
+    del frame
+    return gathered(held, rows)
 
 
 def concat_in_order(frames: list[pl.DataFrame], by: tuple[str, ...], empty: pl.DataFrame) -> pl.DataFrame:

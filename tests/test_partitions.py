@@ -196,8 +196,9 @@ def test_merged_rows_are_in_the_builders_stable_order(keys):
     frame = pl.DataFrame({"request_ts_ns": [k[0] for k in keys], "request_frame": [k[1] for k in keys],
                           "row": list(range(len(keys)))}, schema_overrides={"request_ts_ns": pl.Int64})
     expected = frame.sort("request_ts_ns", "request_frame", maintain_order=True)
-    assert partitions._in_merge_order(frame, "dns_transactions").equals(expected)
-    assert partitions._in_merge_order(expected, "dns_transactions").equals(expected)
+    held = [frame.clone()]
+    assert partitions._in_merge_order(held, "dns_transactions").equals(expected) and held == []
+    assert partitions._in_merge_order([expected], "dns_transactions").equals(expected)
 
 
 def test_a_partitions_own_packets_and_memos_are_freed_before_its_detectors_run():

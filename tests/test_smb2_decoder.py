@@ -808,3 +808,20 @@ def test_trigger_candidates_are_those_in_a_notifications_window(times, notes, wi
     as_read = [-1 if t is None else t for t in times]
     note_ts = [-1 if t is None else t for t in notes]
     assert kept == [any(n - window <= t <= n for n in note_ts) for t in as_read]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(st.none(), st.integers(-5, 60)), max_size=40),
+       st.lists(st.tuples(st.one_of(st.none(), st.integers(-5, 60)), st.one_of(st.none(), st.integers(-5, 60))),
+                max_size=6))
+def test_waiter_candidates_are_those_sent_within_a_breaks_span(times, spans):
+    """smb_break_queue._within_any keeps exactly the requests whose time lies in some break's closed span
+    (what _waiter_pairs' filter asks of a pair): a null time or bound, or a span that ends before it
+    starts, holds none."""
+    from detectors.smb_break_queue import _within_any
+
+    starts = pl.Series([s for s, _ in spans], dtype=pl.Int64)
+    ends = pl.Series([e for _, e in spans], dtype=pl.Int64)
+    kept = _within_any(pl.Series(times, dtype=pl.Int64), starts, ends).to_list()
+    assert kept == [t is not None and any(s is not None and e is not None and s <= t <= e for s, e in spans)
+                    for t in times]
