@@ -325,6 +325,18 @@ def at_least_resolution(window_ns: int, capture) -> tuple[int, bool]:
     return (int(max(window_ns, res)), window_ns < res)
 
 
+def via_unique(col: pl.Expr, frame: pl.DataFrame, name: str, fn, dtype=pl.Int64) -> pl.Expr:
+    """``fn`` (an expression on pl.col(name)) computed once per distinct value of ``col`` in ``frame``
+    and mapped back: DNs, attribute lists, change lists and DNS names repeat (few distinct strings in
+    100k rows; herd's case-folded DNS names of the 10M synth capture's DNS server at 10x, 46 among 7.2M:
+    ~150 MB less than folding every row)."""
+    u = frame.select(col.alias(name)).unique().drop_nulls()
+    if u.height == 0:
+        return pl.lit(None, dtype)
+    m = u.with_columns(fn.alias("_v"))
+    return col.replace_strict(m[name], m["_v"], default=None, return_dtype=dtype)
+
+
 def client_identity_by(requests: pl.DataFrame, by: list[str], *, addr: str = "client",
                        port: str = "client_port", start: str = "request_ts_ns", end: str = "response_ts_ns",
                        timeout_ns: int = 1_000_000_000, name: str = "client_id") -> pl.DataFrame:

@@ -97,7 +97,7 @@ from analyzer.wide_frames import row_wise
 
 from .base import (NS_PER_MS, client_identity_by, fmt_limited, fmt_ns, fmt_number, findings, empty_findings, resolution_ns,
                    severity_from_scale, transaction_frames, PROTOCOL_KINDS, RESOLUTION_TICKS, SEVERITIES,
-                   TRANSACTION_FRAMES, protocol_declaration)
+                   TRANSACTION_FRAMES, protocol_declaration, via_unique)
 from .herd_files import fs_keyed, fs_names, fs_protocols, fs_words, one_per_tree
 from .herd_search import WINDOW_COLUMNS, herd_segments, key_baselines, stats_columns, window_columns
 from .herd_triggers import failure_trigger, ttl_trigger
@@ -190,7 +190,7 @@ def requests_of(frames: dict[str, pl.DataFrame], keep: tuple[str, ...] = ()) -> 
         counts = pl.lit(True)
         ttl = pl.lit(None, pl.Int64)
         if name.startswith("dns") or "qtype" in cols:
-            key = resource.str.to_lowercase()
+            key = via_unique(resource, f, "_res", pl.col("_res").str.to_lowercase(), pl.String)
         if {"sname", "realm"} <= cols:
             principal = pl.concat_str(pl.col("sname").cast(pl.String), pl.lit("@"), pl.col("realm").cast(pl.String))
             resource = pl.coalesce(principal, resource)

@@ -16,7 +16,7 @@ import polars as pl
 from analyzer.decoders.smb2_tables import FILE_DELETE_ON_CLOSE
 from analyzer.wide_frames import gathered, selected_rows
 
-from .base import client_identity, optional_frame
+from .base import client_identity, optional_frame, via_unique
 from .smb_break_queue import path_key
 
 # MS-SMB2 2.2.13 ShareAccess: an open that does not share write access cannot be raced by a writer
@@ -159,16 +159,6 @@ def _attr_list(changes: pl.Expr, op: str | None = None) -> pl.Expr:
         pl.element().str.extract(_ATTRS, 1).str.to_lowercase().str.replace(r";.*$", ""))
 
 
-def _via_unique(col: pl.Expr, frame: pl.DataFrame, name: str, fn, dtype=pl.Int64) -> pl.Expr:
-    """``fn`` (an expression on pl.col(name)) computed once per distinct value of ``col`` in ``frame``
-    and mapped back (DNs, attribute lists and change lists repeat: few distinct strings in 100k rows)."""
-    u = frame.select(col.alias(name)).unique().drop_nulls()
-    if u.height == 0:
-        return pl.lit(None, dtype)
-    m = u.with_columns(fn.alias("_v"))
-    return col.replace_strict(m[name], m["_v"], default=None, return_dtype=dtype)
-
-
 def attribute_mask(names: pl.Expr) -> pl.Expr:
     """A 62-bit set of attribute names (hashed; a shared bit only ever adds a conflict)."""
     bits = names.list.eval(pl.element().hash(_ATTRIBUTE_HASH_SEED) % ATTRIBUTE_MASK_BITS).list.unique()
@@ -228,12 +218,12 @@ def ldap_events(tx: pl.DataFrame | None, msgs: pl.DataFrame | None, params) -> p
         tx = tx.with_columns([pl.lit(None, pl.String).alias(c) for c in extra_cols])
     status = pl.col("status")
     ok_write = status == "success"
-    mask = _via_unique(pl.col("changes"), tx, "changes", attribute_mask(_attr_list(pl.col("changes"))))
-    rmask = _via_unique(pl.col("attributes"), tx, "attributes", _read_mask(pl.col("attributes")))
+    mask = via_unique(pl.col("changes"), tx, "changes", attribute_mask(_attr_list(pl.col("changes"))))
+    rmask = via_unique(pl.col("attributes"), tx, "attributes", _read_mask(pl.col("attributes")))
     rmask = pl.when(pl.col("attributes").is_null()).then(-1).otherwise(rmask)
     deleted = _attr_list(pl.col("changes"), "delete")
     added = _attr_list(pl.col("changes"), "(?:add|replace)")
-    test_and_set = _via_unique(pl.col("changes"), tx, "changes", (
+    test_and_set = via_unique(pl.col("changes"), tx, "changes", (
         (deleted.list.set_intersection(added).list.len() > 0)
         | pl.col("changes").str.contains(r"increment\(")).cast(pl.Int64)) == 1
     conditional = ((op == "modifyRequest") & (
@@ -248,7 +238,7 @@ def ldap_events(tx: pl.DataFrame | None, msgs: pl.DataFrame | None, params) -> p
              .otherwise(op.str.replace("Request$", "")))
     ev = tx.with_row_index("_r").select(
         "_r", pl.lit("ldap").alias("proto"), pl.col("server").cast(pl.String),
-        _via_unique(pl.col("dn"), tx, "dn", dn_key(pl.col("dn")), pl.String).alias("key"),
+        via_unique(pl.col("dn"), tx, "dn", dn_key(pl.col("dn")), pl.String).alias("key"),
         pl.col("dn").alias("resource"), ident.alias("cid"),
         pl.lit(rule).alias("ident_rule"), pl.col("request_ts_ns").alias("ts"),
         pl.col("response_ts_ns").alias("resp_ts"),
@@ -286,7 +276,7 @@ def ldap_events(tx: pl.DataFrame | None, msgs: pl.DataFrame | None, params) -> p
             hit = searches.join(ent, on=["_t", "flow", "message_id"], how="inner").filter(
                 (pl.col("_ets") >= pl.col("ts")) & (pl.col("_ets") <= pl.col("resp_ts").fill_null(pl.col("_ets")))) \
                 .select("_r", "_ets", "_edn")
-            hit = hit.with_columns(_via_unique(pl.col("_edn"), hit, "_edn", dn_key(pl.col("_edn")), pl.String)
+            hit = hit.with_columns(via_unique(pl.col("_edn"), hit, "_edn", dn_key(pl.col("_edn")), pl.String)
                                    .alias("key"))
             hit = hit.join(parts[0].select("_r", "key"), on=["_r", "key"], how="anti") \
                 .sort("_r", "key", "_ets", "_edn").unique(["_r", "key"], keep="first", maintain_order=True)

@@ -20,8 +20,10 @@ What the copies share is what successive seeds share (the site's addresses, name
 what they do not (connections, flows, messages: numbered apart), so joins on those keys do not grow
 as the square of the copies. Tickets and authenticators are copied too: ``replay`` reports the
 copies' as replays (~21,000 on the LDAP server's frames x10), so its figures are not the 100M
-task's. The peaks are the process's, with jemalloc's freed-but-kept pages (``analyzer.memory``): as
-in the task.
+task's. The peaks are the process's, with jemalloc's freed-but-kept pages, its allocators set as a
+scan sets them (``analyzer.memory``): as in the task. What the probe does not reproduce: the task's
+merge of its shards' spilled frames (``partitions.merge_frames``; here one kept frame is repeated),
+and what the scan's caller holds in the same process while the task runs (~0.5-1 GB at 100M).
 
 Not a pytest test (no ``test_`` prefix); ``tests/test_bench_smoke.py`` runs it on a sample.
 """
