@@ -320,6 +320,7 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
                                  task_packet_columns, frame_columns, caller_columns,
                                  hand_over if k in in_shard else None, pure=False)
                    for k in range(len(reads))]
+        del ids  # every partition has it (done, in this process): 2 bytes a packet not held through what follows
         heads = [client.submit(_part, d, 0, pure=False) for d in decoded]
         extras_of = [client.submit(_part, d, 1, pure=False) for d in decoded]
         try:
