@@ -335,3 +335,22 @@ def test_polling_through_a_failure_adds_no_load():
     f = rs.detect(FakeCapture(**dns_frames(fast)), rs.Params())
     assert f.height == 1 and f["severity"][0] == "high"
     assert "8x faster than the clients normally ask for it (every 2 s)" in f["explanation"][0]
+
+
+def test_a_kinds_median_latency_from_partitions_counts_is_polars_median_of_the_latencies():
+    """``partial`` hands each kind's distinct latencies with their counts, not a row a request (held by a
+    scan's caller to its end); ``finish``'s median of them is Polars' median of the latencies themselves,
+    whatever the partitions they are counted in."""
+    import numpy as np
+
+    from detectors.retry_storm import _latency_counts, _median_latencies
+
+    rng = np.random.default_rng(5)
+    for trial in range(200):
+        n = int(rng.integers(1, 40))
+        requests = pl.DataFrame({"kind": rng.choice(["dns", "ldap", "tcp"], n),
+                                 "latency_ns": rng.integers(0, 2**40 if trial % 2 else 20, n)})
+        want = requests.group_by("kind").agg(pl.col("latency_ns").median().alias("rtt_kind")).sort("kind")
+        cut = int(rng.integers(0, n + 1))
+        counted = pl.concat([_latency_counts(requests[:cut]), _latency_counts(requests[cut:])])
+        assert counted.height <= n and _median_latencies(counted).sort("kind").equals(want)
