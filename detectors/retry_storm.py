@@ -390,9 +390,9 @@ def partial(capture, params: Params = Params()) -> dict[str, pl.DataFrame]:
     sub = sends.filter(addr_g.is_in(cand.implode()))
     sub = client_identity_by(sub, ["kind", "server"], start="ts", end="end_ts")
     gkey = ["kind", "client_id", "server", "server_port", "operation", "key_resource"]
-    narrow = sub.select("_row", row_wise(sub, pl.struct(gkey).hash()).alias("_g"), "ts")
-    narrow = narrow.with_columns(sub.select("ok_ts", "err_ts", "reliable", "flow", "extra", "same_id")) \
-        [narrow.select(pl.arg_sort_by("_g", "ts", "_row"))[:, 0]]  # a total order: sorted by its keys alone
+    narrow = sub.select("_row", row_wise(sub, pl.struct(gkey).hash()).alias("_g"), "ts", "ok_ts", "err_ts",
+                        "reliable", "flow", "extra", "same_id")
+    narrow = narrow[narrow.select(pl.arg_sort_by("_g", "ts", "_row"))[:, 0]]  # a total order: by its keys alone
     prev_ok = (pl.col("ok_ts").shift(1) <= pl.col("ts")).fill_null(False)
     prev_err = (pl.col("err_ts").shift(1) <= pl.col("ts")).fill_null(False)
     # no answer yet: a resend over UDP (or a new SYN); over TCP the transport retransmits, so a request
