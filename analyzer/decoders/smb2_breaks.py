@@ -90,8 +90,7 @@ class _HeaderRows:
 
     def __init__(self, messages: pl.DataFrame):
         smb2 = pl.col("kind") == "smb2"
-        keys = messages.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("_i"), *MESSAGE_ORDER,
-                               smb2.alias("_smb2")).filter("_smb2").drop("_smb2")
+        keys = selected_rows(messages, smb2, pl.int_range(pl.len(), dtype=pl.Int64).alias("_i"), *MESSAGE_ORDER)
         order = sorted_rows(keys, MESSAGE_ORDER)["_i"].to_numpy()  # header_rows' stable order
         ords = np.full(messages.height, -1, np.int64)
         ords[order] = np.arange(len(order), dtype=np.int64)
