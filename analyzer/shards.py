@@ -69,7 +69,7 @@ class MergedShards(FrameSet):
     DNS server's of the 10M synth capture cut in 3: merged at once, 470 MB before its detectors ran).
     ``names`` may map each frame to the columns its readers read (None: all): a server-state frame's
     source that they read too is narrowed to those once the frame is built (the file server's
-    ``smb2_messages``: its breaks' builder reads 47 columns, ``saturation`` then 8; at 10x the 10M
+    ``smb2_messages``: its breaks' builder reads 21 columns (47 before), ``saturation`` then 8; at 10x the 10M
     capture's, ~700 MB held through the break queue's detection for nothing)."""
 
     def __init__(self, shards: list, conn_maps: list[pl.DataFrame], names, frames: dict[str, pl.DataFrame], **facts):
