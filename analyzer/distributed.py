@@ -38,6 +38,7 @@ import polars as pl
 from .capture import ReadPart, open_captures
 from .errors import ClusterFailure
 from .kernels.silences import KEEP_EVERY_TIME
+from .mapped_frames import mapped, mapped_array
 from .memory import POLARS_ALLOCATOR_ENV, worker_allocator_conf
 from .packet_readers import build_packet_readers, narrow_after_readers
 from .partitions import (MERGE_KEY_COLUMNS, TASK_KEPT_PACKET_COLUMNS, CallerChunks, FrameSet, client_buckets,
@@ -299,6 +300,7 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
     count = partition_count(client, partitions)
     client_frames = tuple(client_frames) if client_then is not None else ()
     ids, groups = sharded_ids(cap, count, shards or shard_then is not None or hand_over is not None)
+    ids = mapped_array(ids)  # read by every partition, 2 bytes a packet: not in the caller's memory
     in_shard = {k for g in groups for k in g}
     asked = list(names)
     if groups:  # what a server's state across its clients decides is built here, on the merged sources
@@ -347,6 +349,7 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
     for name, wanted in (caller_columns or {}).items():
         if name in merged:
             merged[name] = columns_among(merged[name], wanted)
+    merged = {name: mapped(frame) for name, frame in merged.items()}  # held to the end of the run: not in memory
     extras: dict[str, list] = {}
     for extra in found:
         for name, frame in extra.items():

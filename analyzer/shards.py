@@ -26,6 +26,7 @@ import polars as pl
 
 from .capture import builder_of
 from .decoders.registry import protocols
+from .mapped_frames import mapped
 from .partitions import FrameSet, merge_frames
 from .wide_frames import columns_among
 
@@ -80,7 +81,7 @@ class MergedShards(FrameSet):
 
     def frame(self, name: str) -> pl.DataFrame:
         if name not in self._frames and name in self._names:
-            self._frames[name] = self._built(name)
+            self._frames[name] = mapped(self._built(name))
         return super().frame(name)
 
     def _merged(self, names) -> dict[str, pl.DataFrame]:
@@ -98,5 +99,8 @@ class MergedShards(FrameSet):
         finally:  # what no detector reads besides is not kept, and of the rest what they read
             self.drop([s for s in fresh if s not in self._names])
             for source in fresh:
-                if source in self._frames and self._columns.get(source) is not None:
-                    self._frames[source] = columns_among(self._frames[source], self._columns[source])
+                if source in self._frames:
+                    kept = self._frames[source]
+                    if self._columns.get(source) is not None:
+                        kept = columns_among(kept, self._columns[source])
+                    self._frames[source] = mapped(kept)

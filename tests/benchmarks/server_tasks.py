@@ -14,7 +14,8 @@ task's detectors on those frames repeated ``--times`` times one after the other 
 capture is ten 10M captures of successive seeds one after the other: :func:`repeated`) and reports
 each detector's time and the process's peak anonymous memory (``RssAnon``, sampled every few ms)
 while it ran, the frames it merges included (a frame is merged when a detector first reads it, and
-let go of after the last, as in the task).
+let go of after the last, as in the task; once merged it is held in a mapped file, as in the task:
+``analyzer.mapped_frames``, so what it holds then is not anonymous memory).
 
 What the copies share is what successive seeds share (the site's addresses, names, files), not
 what they do not (connections, flows, messages: numbered apart), so joins on those keys do not grow
