@@ -13,14 +13,15 @@ of a file, like the capture's own mapping), so they no longer count in the proce
 What a detector computes from such a frame is still its own memory; a column it only selects or casts
 to its own type stays mapped.
 
-The file goes to the system's temporary directory, or to ``/var/tmp`` when that is in memory (``tmpfs``,
-as Debian 13 mounts ``/tmp``): a file in memory would only move the frame from the process's memory to
-the kernel's, and the frame is then kept as it is when neither is on a disk
-(:func:`on_disk`). The file is unlinked as soon as it is mapped: the mapping keeps its pages until the last column of the
-frame goes, and nothing is left on disk however the process ends. Without room for it in the
-directory (or any other failure to write or read it back) the frame is kept as it was, in memory; a
-frame smaller than :data:`MAPPED_MIN_BYTES` is not worth a file. The mapped frame equals the one given,
-schema included (checked; otherwise the given one is kept).
+The file goes to the system's temporary directory, or to ``/var/tmp`` when that is in memory
+(``tmpfs``, as Debian 13 mounts ``/tmp``): a file in memory would only move the frame from the process's
+memory to the kernel's, and the frame is kept as it is when neither is on a disk (:func:`on_disk`).
+The file is unlinked as soon as it is mapped: the mapping keeps its pages until the last column of the
+frame goes, and nothing is left on disk however the process ends. Without room for it in the directory
+(or any other failure to write or read it back) the frame is kept as it was, in memory; a frame
+smaller than :data:`MAPPED_MIN_BYTES` is not worth a file. The mapped frame equals the one given,
+schema included (checked; otherwise the given one is kept). A worker of a Dask cluster maps in its own
+temporary directory; an array sent to it (the partition ids) arrives as a copy in its memory.
 """
 from __future__ import annotations
 
