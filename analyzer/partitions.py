@@ -283,7 +283,7 @@ class CallerChunks(ChunkReduction):
     read (``open_captures(reduce=...)``), instead of reading them whole and then deciding: each
     packet's address pair (:class:`PartitionDecision`; 4 bytes a packet until :meth:`ids` turns them
     into the partitions' 2), the rows of every packet's ``extract`` (a scan's DNS payload locations:
-    ``detectors.incidents_evidence.dns_payloads``; :attr:`extracted`), and of the packets themselves
+    ``detectors.incidents_evidence.dns_payloads``; :meth:`take_extracted`), and of the packets themselves
     (frame, ts_ns) of those their span and silences of ``silence_ns`` need
     (``analyzer.kernels.silences``): what ``Capture.thin_packets`` would have left once the partitions
     were decided. The same partitions, extracted rows and times as the whole reading's, whatever the
@@ -334,12 +334,12 @@ class CallerChunks(ChunkReduction):
     def finish(self, packets: pl.DataFrame) -> pl.DataFrame:
         return thinned_times(packets, self.silence_ns)
 
-    @property
-    def extracted(self) -> pl.DataFrame | None:
-        """``extract``'s rows of every chunk, in capture order (None without ``extract``)."""
+    def take_extracted(self) -> pl.DataFrame | None:
+        """``extract``'s rows of every chunk, in capture order (None without ``extract``); handed over once."""
         if self.extract is None:
             return None
-        return pl.concat(self.extracted_chunks) if len(self.extracted_chunks) != 1 else self.extracted_chunks[0]
+        chunks, self.extracted_chunks = self.extracted_chunks, []
+        return pl.concat(chunks) if len(chunks) != 1 else chunks[0]
 
     def ids(self, count: int, records: int, shards: bool = False) -> tuple[np.ndarray, list[list[int]]]:
         """:func:`sharded_ids` of the packets read, in ``count`` partitions, over ``records`` frames:

@@ -338,7 +338,7 @@ def summarize_in_partitions(cap: Capture, partitions: int) -> dict:
     from .distributed import decode_into  # lazy: the partitions' tasks, only for a partitioned summary
 
     # read chunk by chunk (chunked_reading), or whole: then tallied before the partitions narrow the packets
-    tally = cap.reduction.extracted if isinstance(cap.reduction, CallerChunks) else packet_tally(cap.packets)
+    tally = cap.reduction.take_extracted() if isinstance(cap.reduction, CallerChunks) else packet_tally(cap.packets)
     # counts add up over shards of a server's clients too: a big server is cut into them (analyzer.partitions)
     counted = decode_into(None, cap, ["connections"], then=counted_parts, shard_then=counted_parts,
                           packet_columns=("frame",),

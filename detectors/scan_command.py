@@ -139,8 +139,7 @@ def dns_located(chunked: CallerChunks) -> pl.DataFrame | None:
     """Where the DNS packets are in the capture, as a chunked reading extracted them (``dns_payloads``),
     held to the run's end by the incident linker: in a mapped file (``analyzer.mapped_frames``), the
     chunks let go of (16 bytes a DNS packet: ~530 MB at 100M synth packets)."""
-    located = chunked.extracted
-    chunked.extracted_chunks = []
+    located = chunked.take_extracted()
     return mapped(located) if located is not None else None
 
 

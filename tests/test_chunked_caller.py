@@ -47,7 +47,7 @@ def test_a_chunked_reading_keeps_what_the_whole_one_gives_once_decided(name, chu
         assert chunks.chunks == [] and chunks.decision is None  # the pairs let go of
         with pytest.raises(ValueError, match="decided already"):
             partition_ids(cap, 3)  # handed over once: the caller's is the only copy
-        assert chunks.extracted.equals(payloads)
+        assert chunks.take_extracted().equals(payloads)
         assert _span_and_silences(cap.packets) == _span_and_silences(times)
         assert cap.packet_count == count and cap.pieces == pieces
         assert cap.frame("interfaces").equals(interfaces)
