@@ -22,6 +22,7 @@ from .kernels.headers import allocate_headers
 from .kernels.intern import AddressTable
 from .kernels.reading import STOP_TABLE_FULL, read_pcap, read_pcapng, read_rows
 from .kernels.silences import KEEP_EVERY_TIME, thinned_times
+from .packed_part import packed
 from .record_index import IndexMismatch, RecordIndex
 from .resolution import TickSampler, timed_packets
 from .schema import (ICMP_ERROR_COLUMNS, INTERFACE_COLUMNS, PACKET_COLUMNS, PARSE_STATUS_NAMES,
@@ -223,14 +224,18 @@ class IndexedPart:
     times: bool = True
 
 
-def _read_indexed(data: CaptureBytes, part: IndexedPart, capacity: int, addresses: AddressTable, take) -> None:
+def _read_indexed(data: CaptureBytes, part: IndexedPart, capacity: int, addresses: AddressTable, take,
+                  packed_offsets: np.ndarray | None) -> None:
     """Decode the records of ``part`` from the index's rows, ``capacity`` at a time, handing each chunk
     to ``take`` (read_tables). A row whose bytes lie beyond the mapped file (the file changed since the
-    index was written) raises ``IndexMismatch`` before anything is decoded."""
+    index was written) raises ``IndexMismatch`` before anything is decoded. ``packed_offsets``: where
+    each record is in ``data`` when that is the part's records packed (``analyzer.packed_part``)."""
     size = len(data.buf)
     for lo in range(0, part.frames.shape[0], capacity):
         frames = np.ascontiguousarray(part.frames[lo:lo + capacity], np.uint32)
         recs = part.index.rows(frames)
+        if packed_offsets is not None:
+            recs = recs._replace(data_off=packed_offsets[lo:lo + capacity])
         n = frames.shape[0]
         end = recs.data_off + recs.caplen.astype(np.int64)
         if n and (int(recs.data_off.min()) < 0 or int(end.max()) > size):
@@ -425,6 +430,11 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
     narrow = None if packet_columns is None else [c.name for c in PACKET_COLUMNS
                                                  if c.name in set(packet_columns) | set(READ_COLUMNS)]
     bar = _Progress(size, "reading", progress)
+    section = _shb_options(buf, fmt.big_endian) if fmt.kind == "pcapng" else {}
+    packed_offsets = None
+    if indexed is not None and (copy := packed(data, indexed.index, indexed.frames)) is not None:
+        data.close()  # every later pass reads the part's records from the copy (analyzer.packed_part)
+        (data, packed_offsets), buf = copy, copy[0].buf
 
     def take(recs, hdr, ids, n: int, first_frame: int, row_frames, allocated: int = capacity) -> None:
         """Rows 0..n of a chunk walked (or read from the index) and decoded, its arrays ``allocated``
@@ -446,7 +456,7 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
 
     try:
         if indexed is not None:
-            _read_indexed(data, indexed, capacity, addresses, take)
+            _read_indexed(data, indexed, capacity, addresses, take, packed_offsets)
             if indexed.times:
                 times.append(indexed.index.times(indexed.timed, silence_ns))
         while indexed is None:
@@ -515,7 +525,6 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
     icmp = icmp.with_columns(columns.enum_from_codes(icmp[c], address_enum).alias(c)
                              for c in ("inner_src", "inner_dst"))
     report.parse_status = {name: int(v) for name, v in zip(PARSE_STATUS_NAMES, status_counts) if v}
-    section = _shb_options(buf, fmt.big_endian) if fmt.kind == "pcapng" else {}
     # a part read from the index walked no interface block: its reader sets the whole reading's
     interfaces = (empty_frame(INTERFACE_COLUMNS) if indexed is not None
                   else _interfaces_frame(fmt, buf, ifaces, int(state[rk.ST_N_IFACES]), ticks))

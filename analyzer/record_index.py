@@ -69,11 +69,21 @@ class RecordIndex:
 
     def rows(self, frames: np.ndarray) -> rk.RecordColumns:
         """The walker's rows of the records ``frames`` (frame numbers, ascending, 1-based), copied out."""
+        at = self._at(frames)
+        return rk.RecordColumns(*(np.ascontiguousarray(self._column(name)[at]) for name in _COLUMNS))
+
+    def _at(self, frames: np.ndarray) -> np.ndarray:
         at = np.asarray(frames, np.int64) - 1
         if at.shape[0] and (at[0] < 0 or at[-1] >= self.records):
             raise IndexMismatch(f"frames {int(at[0]) + 1}..{int(at[-1]) + 1} asked of an index of "
                                 f"{self.records} records")
-        return rk.RecordColumns(*(np.ascontiguousarray(self._column(name)[at]) for name in _COLUMNS))
+        return at
+
+    def where(self, frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(data_off, caplen) of the records ``frames`` (ascending, 1-based): where their bytes are."""
+        at = self._at(frames)
+        return (np.ascontiguousarray(self._column("data_off")[at]),
+                np.ascontiguousarray(self._column("caplen")[at]))
 
     def times(self, timed: np.ndarray | None, silence_ns: int | None) -> pl.DataFrame:
         """(frame, ts_ns) of the records ``timed`` marks (a boolean per record; None: every one),
