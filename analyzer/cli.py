@@ -517,9 +517,16 @@ def main(argv: list[str] | None = None) -> int:
     except (_StdoutClosed, BrokenPipeError):  # `herdscope info *.pcap | head -1`
         _quiet_stdout()
         return ExitCode.BROKEN_PIPE
-    except Exception:  # noqa: BLE001 - the last line of defence: say it is a bug, keep the traceback
-        return _internal_error()
+    except BaseException as exc:  # noqa: BLE001 - the last line of defence: say it is a bug, keep the traceback
+        # a panic in Polars' Rust code is pyo3's PanicException, a BaseException: uncaught, Python would
+        # exit 1, which says "findings"
+        if isinstance(exc, Exception) or type(exc).__name__ == _RUST_PANIC:
+            return _internal_error()
+        raise
     return int(result or ExitCode.OK)
+
+
+_RUST_PANIC = "PanicException"  # pyo3's exception for a panic in Rust (polars.exceptions.PanicException)
 
 
 def _terminated(signum, frame) -> None:

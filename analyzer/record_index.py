@@ -12,8 +12,10 @@ the walker's row of every record (``analyzer.kernels.records.RecordColumns``: wh
 bytes are, their length and the wire length, its time, interface and kind; 27 bytes a record) to a
 temporary directory, one file per column. A partition then reads its own records' rows from there
 (:meth:`RecordIndex.rows`) and decodes their headers from the file's pages, never walking it: only
-its packets' pages are read. The whole file's timed records (frame, ts_ns), which its silences need,
-come from the index's ``ts_ns`` column read a slice at a time (:meth:`RecordIndex.times`).
+its packets' pages are read (of a file larger than the page cache, its records are first copied
+together into a file of their own, ``analyzer.packed_part``). The whole file's timed records (frame,
+ts_ns), which its silences need, come from the index's ``ts_ns`` column read a slice at a time
+(:meth:`RecordIndex.times`).
 
 The index describes the file as the caller read it: a partition checks that its rows lie within the
 file it maps (a file cut short since says so, ``IndexMismatch``) but not that the bytes are the same.

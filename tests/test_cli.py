@@ -91,3 +91,17 @@ def test_every_exported_column_has_a_description(tmp_path):
     missing = [f"{frame}.{col}" for frame, cols in schema.items() for col, spec in cols.items()
                if not spec["description"]]
     assert missing == []
+
+
+def test_a_panic_in_polars_is_an_internal_error_not_findings(monkeypatch, capsys):
+    """Polars' Rust panics arrive as pyo3's PanicException, a BaseException: the CLI says it is a bug
+    (exit 4, the traceback kept) instead of letting Python exit 1, which means "findings"."""
+    from detectors import scan_command
+
+    def panics(*args, **kwargs):
+        raise pl.exceptions.PanicException("assertion failed: i < self.len()")
+
+    monkeypatch.setattr(scan_command, "scan", panics)
+    assert main(["scan", str(Path(__file__).resolve().parents[1] / "samples" / "dns-ttl-herd.pcap")]) == ExitCode.INTERNAL == 4
+    err = capsys.readouterr().err
+    assert "PanicException" in err and "internal error" in err
