@@ -431,10 +431,6 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
                                                  if c.name in set(packet_columns) | set(READ_COLUMNS)]
     bar = _Progress(size, "reading", progress)
     section = _shb_options(buf, fmt.big_endian) if fmt.kind == "pcapng" else {}
-    packed_offsets = None
-    if indexed is not None and (copy := packed(data, indexed.index, indexed.frames)) is not None:
-        data.close()  # every later pass reads the part's records from the copy (analyzer.packed_part)
-        (data, packed_offsets), buf = copy, copy[0].buf
 
     def take(recs, hdr, ids, n: int, first_frame: int, row_frames, allocated: int = capacity) -> None:
         """Rows 0..n of a chunk walked (or read from the index) and decoded, its arrays ``allocated``
@@ -456,6 +452,10 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
 
     try:
         if indexed is not None:
+            packed_offsets = None
+            if (copy := packed(data, indexed.index, indexed.frames)) is not None:
+                data.close()  # every later pass reads the part's records from the copy (analyzer.packed_part)
+                (data, packed_offsets), buf = copy, copy[0].buf
             _read_indexed(data, indexed, capacity, addresses, take, packed_offsets)
             if indexed.times:
                 times.append(indexed.index.times(indexed.timed, silence_ns))
