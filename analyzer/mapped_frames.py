@@ -68,7 +68,7 @@ def frame_directory() -> str | None:
     return None
 
 
-def _through_file(nbytes: int, directory: str | None, suffix: str, write, read, errors: tuple = ()):
+def through_file(nbytes: int, directory: str | None, suffix: str, write, read, errors: tuple = ()):
     """``read(path)`` of a file that ``write(path)`` wrote in ``directory`` (default:
     :func:`frame_directory`), unlinked once read; None when ``nbytes`` is under :data:`MAPPED_MIN_BYTES`,
     there is no such directory on a disk, or writing or reading fails (OSError, ValueError, ``errors``)."""
@@ -100,7 +100,7 @@ def mapped(frame: pl.DataFrame, directory: str | None = None) -> pl.DataFrame:
         with pa.memory_map(path) as source:  # the buffers keep the mapping after the file is closed
             return pa.ipc.open_file(source).read_all()
 
-    table = _through_file(frame.estimated_size(), directory, ".arrow",
+    table = through_file(frame.estimated_size(), directory, ".arrow",
                           lambda path: frame.write_ipc(path, compression="uncompressed"), read,
                           (pl.exceptions.PolarsError, pa.ArrowException))
     out = None if table is None else pl.from_arrow(table, rechunk=False)
@@ -116,6 +116,6 @@ def mapped_array(array: np.ndarray, directory: str | None = None) -> np.ndarray:
     every partition (analyzer.distributed)."""
     if array.ndim != 1:
         return array
-    view = _through_file(array.nbytes, directory, ".bin", array.tofile,
+    view = through_file(array.nbytes, directory, ".bin", array.tofile,
                          lambda path: np.memmap(path, dtype=array.dtype, mode="r", shape=array.shape))
     return array if view is None else view

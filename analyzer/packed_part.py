@@ -19,23 +19,22 @@ is frames of frame numbers. The file is unlinked as soon as it is mapped.
 
 A part is packed when its file is larger than :data:`PACK_FILE_FRACTION_OF_MEMORY` of the machine's
 memory. A smaller file is read from the page cache by every pass anyway, so the 1M and 10M captures are
-not packed. Without room for the copy on a disk (``mapped_frames.frame_directory``: not ``tmpfs``), the
+not packed. The copy is written, mapped and unlinked as ``analyzer.mapped_frames`` does a frame's (its
+directory on a disk, not ``tmpfs``; nothing under ``MAPPED_MIN_BYTES``); without room for it, the
 part reads the file as before. A record of the index that lies beyond the file raises ``IndexMismatch``,
 as the unpacked reading does.
 """
 from __future__ import annotations
 
 import dataclasses
-import mmap
 import os
-import tempfile
 
 import numpy as np
 
 from .jit import njit
-from .mapped_frames import frame_directory
+from .mapped_frames import through_file
 from .record_index import IndexMismatch, RecordIndex
-from .source import CaptureBytes
+from .source import CaptureBytes, map_file
 
 # a part is packed when its file is larger than this fraction of the machine's physical memory (module doc)
 PACK_FILE_FRACTION_OF_MEMORY = 0.5
@@ -84,42 +83,36 @@ def copy_records(buf, data_off, caplen, lo, out):
 def packed(data: CaptureBytes, index: RecordIndex, frames: np.ndarray) -> tuple[CaptureBytes, np.ndarray] | None:
     """The records ``frames`` (ascending, 1-based) of ``data``, found in ``index``, copied to a temporary
     file (module doc): the copy's bytes, in a CaptureBytes of the same path and file size, and each
-    record's offset in it. None when the file is under the threshold, or the copy cannot be written or
-    mapped; ``data`` is left open either way."""
+    record's offset in it. None when the file is under the threshold, or the copy would be smaller than
+    ``mapped_frames.MAPPED_MIN_BYTES``, or cannot be written or mapped; ``data`` is left open either way."""
     if len(data.buf) <= pack_threshold_bytes() or frames.shape[0] == 0:
-        return None
-    directory = frame_directory()
-    if directory is None:
         return None
     data_off, caplen = index.where(frames)
     head = min(len(data.buf), HEAD_BYTES)
     lengths = caplen.astype(np.int64)
-    total = head + int(lengths.sum())
     offsets = np.empty(data_off.shape[0], np.int64)
     offsets[0] = head
     np.cumsum(lengths[:-1], out=offsets[1:])
     offsets[1:] += head
-    try:
-        copy = tempfile.TemporaryFile(prefix="herdscope-part-", dir=directory)
-    except OSError:
+
+    def write(path: str) -> None:
+        with open(path, "wb") as copy:
+            copy.write(data.buf[:head].tobytes())
+            chunk = np.empty(max(PACK_CHUNK_BYTES, int(lengths.max())), np.uint8)
+            done = 0
+            while done < data_off.shape[0]:
+                n, used = copy_records(data.buf, data_off, caplen, done, chunk)
+                if n < 0:
+                    raise IndexMismatch(f"{data.path}: a record of the index lies beyond the file's "
+                                        f"{len(data.buf):,} bytes: the file changed since it was read")
+                copy.write(memoryview(chunk[:used]))
+                done += n
+
+    def read(path: str):
+        with open(path, "rb") as copy:  # the mapping outlives the file object and the file's name
+            return map_file(copy, populate=False)
+
+    mapping = through_file(head + int(lengths.sum()), None, ".part", write, read)
+    if mapping is None:
         return None
-    try:
-        copy.write(data.buf[:head].tobytes())
-        chunk = np.empty(max(PACK_CHUNK_BYTES, int(lengths.max())), np.uint8)
-        done = 0
-        while done < data_off.shape[0]:
-            n, used = copy_records(data.buf, data_off, caplen, done, chunk)
-            if n < 0:
-                raise IndexMismatch(f"{data.path}: a record of the index lies beyond the file's "
-                                    f"{len(data.buf):,} bytes: the file changed since it was read")
-            copy.write(memoryview(chunk[:used]))
-            done += n
-        copy.flush()
-        mapping = mmap.mmap(copy.fileno(), total, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
-    except BaseException as exc:
-        copy.close()
-        if isinstance(exc, (OSError, ValueError)):
-            return None  # no room for the copy: the part reads the file
-        raise
-    buf = np.frombuffer(mapping, dtype=np.uint8)
-    return dataclasses.replace(data, buf=buf, _mmap=mapping, _file=copy, mapped=False), offsets
+    return dataclasses.replace(data, buf=mapping[1], _mmap=mapping[0], _file=None, mapped=False), offsets

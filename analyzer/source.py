@@ -92,7 +92,9 @@ class CaptureBytes:
             self._file = None
 
 
-def _map(fileobj, populate: bool = True) -> tuple[mmap.mmap | None, np.ndarray]:
+def map_file(fileobj, populate: bool = True) -> tuple[mmap.mmap | None, np.ndarray]:
+    """``fileobj``'s file mapped read-only (shared): the mapping (None for an empty file) and its bytes;
+    ``populate``: every page mapped at once."""
     size = os.fstat(fileobj.fileno()).st_size
     if size == 0:
         return None, np.empty(0, dtype=np.uint8)
@@ -295,7 +297,7 @@ def open_bytes(path: str | os.PathLike, populate: bool = True) -> CaptureBytes:
         else:  # not a capture: read no further (it may be /dev/zero); the reader says what it is
             fileobj = _spill(_Reader(io.BytesIO(), head, label))
         size = size or reader.bytes_read
-        mapped, buf = _map(fileobj, populate)
+        mapped, buf = map_file(fileobj, populate)
     except BaseException:
         if fileobj is not None and fileobj is not src:
             fileobj.close()

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analyzer import ingest, packed_part
+from analyzer import ingest, mapped_frames, packed_part
 from analyzer.packed_part import packed
 from analyzer.record_index import IndexMismatch, RecordIndexWriter
 from analyzer.source import open_bytes
@@ -41,6 +41,7 @@ def _index_of(path: Path):
 @pytest.mark.parametrize("name", ["dns-ttl-herd.pcap", "krb5-as-tgs-herd.pcapng"])
 def test_the_copy_holds_each_record_at_its_new_offset(monkeypatch, name):
     monkeypatch.setattr(packed_part, "PACK_MIN_FILE_BYTES", 0)
+    monkeypatch.setattr(mapped_frames, "MAPPED_MIN_BYTES", 0)  # the samples' copies are small
     index, _ = _index_of(SAMPLES / name)
     try:
         frames = np.arange(1, index.records + 1, 3, dtype=np.uint32)  # every third record
@@ -61,6 +62,7 @@ def test_the_copy_holds_each_record_at_its_new_offset(monkeypatch, name):
 
 def test_a_record_beyond_the_file_says_the_file_changed(monkeypatch):
     monkeypatch.setattr(packed_part, "PACK_MIN_FILE_BYTES", 0)
+    monkeypatch.setattr(mapped_frames, "MAPPED_MIN_BYTES", 0)  # the samples' copies are small
     index, _ = _index_of(SAMPLES / "dns-ttl-herd.pcap")
     try:
         data = open_bytes(SAMPLES / "dns-ttl-herd.pcap", populate=False)
@@ -80,7 +82,8 @@ def test_a_small_file_or_no_disk_leaves_the_part_reading_the_file(monkeypatch):
         frames = np.arange(1, index.records + 1, dtype=np.uint32)
         assert packed(data, index, frames) is None  # far under half the machine's memory
         monkeypatch.setattr(packed_part, "PACK_MIN_FILE_BYTES", 0)
-        monkeypatch.setattr(packed_part, "frame_directory", lambda: None)
+        monkeypatch.setattr(mapped_frames, "MAPPED_MIN_BYTES", 0)  # the samples' copies are small
+        monkeypatch.setattr(mapped_frames, "frame_directory", lambda: None)
         assert packed(data, index, frames) is None
         data.close()
     finally:
@@ -103,6 +106,7 @@ def test_a_scan_in_partitions_with_every_part_packed_reports_the_single_process_
     assert cli_main(["scan", "--format", "json", str(SAMPLES / name)]) in (0, 1)
     single = json.loads(capsys.readouterr().out)
     monkeypatch.setattr(packed_part, "PACK_MIN_FILE_BYTES", 0)
+    monkeypatch.setattr(mapped_frames, "MAPPED_MIN_BYTES", 0)  # the samples' copies are small
     copies = []
 
     def watched(data, index, frames):
