@@ -239,8 +239,7 @@ def _read_indexed(data: CaptureBytes, part: IndexedPart, capacity: int, addresse
         n = frames.shape[0]
         end = recs.data_off + recs.caplen.astype(np.int64)
         if n and (int(recs.data_off.min()) < 0 or int(end.max()) > size):
-            raise IndexMismatch(f"{data.path}: a record of the index lies beyond the file's {size:,} bytes: "
-                                f"the file changed since it was read")
+            raise IndexMismatch.beyond(data.path, size)
         linktype_of = part.index.linktypes_of(recs)
         hdr = allocate_headers(n)
         ids = (np.empty(n, np.uint32), np.empty(n, np.uint32))  # src, dst

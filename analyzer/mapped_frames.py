@@ -101,8 +101,8 @@ def mapped(frame: pl.DataFrame, directory: str | None = None) -> pl.DataFrame:
             return pa.ipc.open_file(source).read_all()
 
     table = through_file(frame.estimated_size(), directory, ".arrow",
-                          lambda path: frame.write_ipc(path, compression="uncompressed"), read,
-                          (pl.exceptions.PolarsError, pa.ArrowException))
+                         lambda path: frame.write_ipc(path, compression="uncompressed"), read,
+                         (pl.exceptions.PolarsError, pa.ArrowException))
     out = None if table is None else pl.from_arrow(table, rechunk=False)
     if not isinstance(out, pl.DataFrame) or out.schema != frame.schema or out.height != frame.height:
         return frame
@@ -117,5 +117,5 @@ def mapped_array(array: np.ndarray, directory: str | None = None) -> np.ndarray:
     if array.ndim != 1:
         return array
     view = through_file(array.nbytes, directory, ".bin", array.tofile,
-                         lambda path: np.memmap(path, dtype=array.dtype, mode="r", shape=array.shape))
+                        lambda path: np.memmap(path, dtype=array.dtype, mode="r", shape=array.shape))
     return array if view is None else view

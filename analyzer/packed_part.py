@@ -103,8 +103,7 @@ def packed(data: CaptureBytes, index: RecordIndex, frames: np.ndarray) -> tuple[
             while done < data_off.shape[0]:
                 n, used = copy_records(data.buf, data_off, caplen, done, chunk)
                 if n < 0:
-                    raise IndexMismatch(f"{data.path}: a record of the index lies beyond the file's "
-                                        f"{len(data.buf):,} bytes: the file changed since it was read")
+                    raise IndexMismatch.beyond(data.path, len(data.buf))
                 copy.write(memoryview(chunk[:used]))
                 done += n
 

@@ -48,6 +48,12 @@ class IndexMismatch(UnreadableCapture):
     """A record of the index lies beyond the file it indexes: the file changed since it was read (the
     command says so in one line, exit 3: the input, not herdscope, is at fault)."""
 
+    @classmethod
+    def beyond(cls, path: str, size: int) -> "IndexMismatch":
+        """The mismatch of a record found beyond the ``size`` bytes of the file at ``path``."""
+        return cls(f"{path}: a record of the index lies beyond the file's {size:,} bytes: "
+                   f"the file changed since it was read")
+
 
 @dataclasses.dataclass(frozen=True)
 class RecordIndex:
