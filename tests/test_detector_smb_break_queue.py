@@ -177,6 +177,18 @@ def test_queue_depth_over_time():
     assert d["depth"].to_list()[:3] == [1, 2, 3]
 
 
+def test_transactions_in_many_chunks_queue_as_in_one():
+    """A scan in partitions hands smb2_transactions over in a chunk per partition (a mapped frame of many
+    record batches): the queue is the same as from the frame in one chunk."""
+    cap = capture(*queue_case(2 * S, n_waiters=4))
+    whole = bq.detect(cap, bq.Params())
+    rows = cap.frame("smb2_transactions")
+    cap.set_frame("smb2_transactions", pl.concat([rows.slice(k, 1) for k in range(rows.height)], rechunk=False))
+    assert cap.frame("smb2_transactions").n_chunks() > 4
+    assert bq.detect(cap, bq.Params()).equals(whole) and whole.height == 1
+    assert whole["explanation"][0].count("4 CREATEs from 4 other clients waited") == 1
+
+
 def test_no_breaks_or_missing_frames_give_an_empty_frame():
     assert bq.detect(FakeCapture(), bq.Params()).height == 0
     cap = capture([], [], end=5 * S)
