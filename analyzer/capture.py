@@ -420,6 +420,14 @@ class ReadPart:
     # False: the reader reads none of the whole reading's times (whole_times empty), so a part read from
     # the record index does not work them out (its ts_ns column: 800 MB at 100M packets)
     whole_times: bool = True
+    # the partitions this process reads after this one, in order: their records are copied in the same
+    # pass as this one's when the file is large (analyzer.packed_part)
+    following: tuple[int, ...] = ()
+
+
+def _frames_of(ids: np.ndarray, index: int) -> np.ndarray:
+    """The frame numbers (1-based, ascending) of partition ``index``'s packets."""
+    return np.flatnonzero(ids == index).astype(np.uint32) + 1
 
 
 def _open_part(part: ReadPart, **options) -> Capture:
@@ -429,8 +437,9 @@ def _open_part(part: ReadPart, **options) -> Capture:
         for path, base, count in part.pieces:
             ids = part.ids[base:base + count]
             if part.record_index is not None and len(part.pieces) == 1:
-                indexed = IndexedPart(part.record_index, np.flatnonzero(ids == part.index).astype(np.uint32) + 1,
-                                      ids != UNSELECTED, part.whole_times)
+                indexed = IndexedPart(part.record_index, _frames_of(ids, part.index), ids != UNSELECTED,
+                                      part.whole_times, (path, part.index),
+                                      lambda: (((path, k), _frames_of(ids, k)) for k in part.following))
                 caps.append(open_capture(path, indexed=indexed, silence_ns=part.silence_ns, **options))
                 continue
             caps.append(open_capture(path, kept=(ids == part.index, ids != UNSELECTED), silence_ns=part.silence_ns,

@@ -40,6 +40,7 @@ from .errors import ClusterFailure
 from .kernels.silences import KEEP_EVERY_TIME
 from .mapped_frames import mapped, mapped_array
 from .memory import POLARS_ALLOCATOR_ENV, worker_allocator_conf
+from .packed_part import forget_ahead
 from .packet_readers import build_packet_readers, narrow_after_readers
 from .partitions import (MERGE_KEY_COLUMNS, TASK_KEPT_PACKET_COLUMNS, CallerChunks, FrameSet, client_buckets,
                          connection_maps, decode_partition, merge_columns, merge_frames, read_part, sharded_ids)
@@ -309,6 +310,8 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
     reads = [read_part(cap, None, k, silence_ns) for k in range(count + len(in_shard))]
     if not local:
         reads = [dataclasses.replace(r, record_index=None) for r in reads]
+    elif isinstance(client, InProcess):  # read in turn: each part's copy can be made in an earlier one's pass
+        reads = [dataclasses.replace(r, following=tuple(range(k + 1, len(reads)))) for k, r in enumerate(reads)]
     if packet_columns is not None and not isinstance(cap.reduction, CallerChunks):  # it kept only what it keeps
         cap.release((), packet_columns)
         if caller_silence_ns is not KEEP_EVERY_TIME:
@@ -317,6 +320,7 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
     ids = client.scatter(ids, broadcast=True)
     with contextlib.ExitStack() as stack:
         spill = stack.enter_context(tempfile.TemporaryDirectory(prefix="herdscope-")) if local else None
+        stack.callback(forget_ahead)  # copies made ahead for parts that did not run (an error)
         decoded = [client.submit(decode_partition_task, reads[k], ids, list(names), count, spill,
                                  shard_then if k in in_shard else then, client_frames, tuple(task_frames),
                                  task_packet_columns, frame_columns, caller_columns,

@@ -9,6 +9,7 @@ import dataclasses
 import struct
 import sys
 from dataclasses import dataclass, field
+from typing import Hashable
 
 import numpy as np
 import polars as pl
@@ -22,7 +23,7 @@ from .kernels.headers import allocate_headers
 from .kernels.intern import AddressTable
 from .kernels.reading import STOP_TABLE_FULL, read_pcap, read_pcapng, read_rows
 from .kernels.silences import KEEP_EVERY_TIME, thinned_times
-from .packed_part import packed
+from .packed_part import Following, packed
 from .record_index import IndexMismatch, RecordIndex
 from .resolution import TickSampler, timed_packets
 from .schema import (ICMP_ERROR_COLUMNS, INTERFACE_COLUMNS, PACKET_COLUMNS, PARSE_STATUS_NAMES,
@@ -216,12 +217,16 @@ class IndexedPart:
     """A part of a file read from the record index of its whole reading (``read_tables(indexed=)``):
     the index, the frames to keep (ascending) and which records' times its ``times`` holds (a
     boolean per record; None: every one); ``times`` False: none are worked out (a reader of a few
-    packets that reads no time of the others: the index's ts_ns column is 8 bytes a record)."""
+    packets that reads no time of the others: the index's ts_ns column is 8 bytes a record). ``key``
+    names the part and ``following`` gives the parts read next in this process, for their copies to be
+    made in the same pass as this one's (``analyzer.packed_part``)."""
 
     index: RecordIndex
     frames: np.ndarray
     timed: np.ndarray | None = None
     times: bool = True
+    key: Hashable | None = None
+    following: Following | None = None
 
 
 def _read_indexed(data: CaptureBytes, part: IndexedPart, capacity: int, addresses: AddressTable, take,
@@ -452,7 +457,7 @@ def read_tables(path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS, progress: b
     try:
         if indexed is not None:
             packed_offsets = None
-            if (copy := packed(data, indexed.index, indexed.frames)) is not None:
+            if (copy := packed(data, indexed.index, indexed.frames, indexed.key, indexed.following)) is not None:
                 data.close()  # every later pass reads the part's records from the copy (analyzer.packed_part)
                 (data, packed_offsets), buf = copy, copy[0].buf
             _read_indexed(data, indexed, capacity, addresses, take, packed_offsets)

@@ -72,17 +72,29 @@ def through_file(nbytes: int, directory: str | None, suffix: str, write, read, e
     """``read(path)`` of a file that ``write(path)`` wrote in ``directory`` (default:
     :func:`frame_directory`), unlinked once read; None when ``nbytes`` is under :data:`MAPPED_MIN_BYTES`,
     there is no such directory on a disk, or writing or reading fails (OSError, ValueError, ``errors``)."""
+    out = through_files([nbytes], directory, suffix, lambda paths: write(paths[0]), read, errors)
+    return None if out is None else out[0]
+
+
+def through_files(sizes: list[int], directory: str | None, suffix: str, write, read, errors: tuple = ()):
+    """:func:`through_file` of several files written together: ``write(paths)`` writes one file of each
+    size in ``sizes``; the list of ``read(path)`` of each, every file unlinked once read; None when any
+    size is under :data:`MAPPED_MIN_BYTES` or anything fails, as there."""
     directory = directory if directory is not None else frame_directory()
-    if nbytes < MAPPED_MIN_BYTES or directory is None or not on_disk(directory):
+    if not sizes or min(sizes) < MAPPED_MIN_BYTES or directory is None or not on_disk(directory):
         return None
+    paths: list[str] = []
     try:
-        fd, path = tempfile.mkstemp(prefix="herdscope-frame-", suffix=suffix, dir=directory)
-        os.close(fd)
         try:
-            write(path)
-            return read(path)
+            for _ in sizes:
+                fd, path = tempfile.mkstemp(prefix="herdscope-frame-", suffix=suffix, dir=directory)
+                os.close(fd)
+                paths.append(path)
+            write(paths)
+            return [read(path) for path in paths]
         finally:
-            os.unlink(path)
+            for path in paths:
+                os.unlink(path)
     except (OSError, ValueError, *errors):
         return None
 

@@ -109,8 +109,8 @@ def test_a_scan_in_partitions_with_every_part_packed_reports_the_single_process_
     monkeypatch.setattr(mapped_frames, "MAPPED_MIN_BYTES", 0)  # the samples' copies are small
     copies = []
 
-    def watched(data, index, frames):
-        out = packed(data, index, frames)
+    def watched(data, index, frames, *ahead):
+        out = packed(data, index, frames, *ahead)
         copies.append(out is not None)
         return out
 
@@ -118,3 +118,71 @@ def test_a_scan_in_partitions_with_every_part_packed_reports_the_single_process_
     assert cli_main(["scan", "--format", "json", "--partitions", "3", str(SAMPLES / name)]) in (0, 1)
     assert json.loads(capsys.readouterr().out) == single and single["findings"]
     assert len(copies) >= 3 and all(copies)
+
+
+@pytest.mark.parametrize("name", ["smb2-break-queue.pcap", "dns-retry-storm.pcapng"])
+def test_parts_read_in_turn_are_copied_several_in_one_pass(monkeypatch, capsys, name):
+    """The parts of a scan in partitions in this process are copied several in one pass over the file
+    (each to a file of its own, handed to its part when it runs): fewer passes than parts, every part
+    reads a copy, the report is the scan's at once, and nothing is left held at the end."""
+    from analyzer.cli import main as cli_main
+
+    assert cli_main(["scan", "--format", "json", str(SAMPLES / name)]) in (0, 1)
+    single = json.loads(capsys.readouterr().out)
+    monkeypatch.setattr(packed_part, "PACK_MIN_FILE_BYTES", 0)
+    monkeypatch.setattr(mapped_frames, "MAPPED_MIN_BYTES", 0)  # the samples' copies are small
+    monkeypatch.setattr(packed_part, "PACK_AHEAD_MAX_PARTS", 3)
+    passes, copies = [], []
+    through_files = mapped_frames.through_files
+
+    def counted(sizes, directory, suffix, *args):
+        if suffix == ".part":  # not the frames mapped_frames maps
+            passes.append(len(sizes))
+        return through_files(sizes, directory, suffix, *args)
+
+    def watched(data, index, frames, *ahead):
+        out = packed(data, index, frames, *ahead)
+        if frames.shape[0]:  # a partition may have no packets
+            copies.append(out is not None)
+        return out
+
+    monkeypatch.setattr(mapped_frames, "through_files", counted)
+    monkeypatch.setattr(ingest, "packed", watched)
+    assert cli_main(["scan", "--format", "json", "--partitions", "5", str(SAMPLES / name)]) in (0, 1)
+    assert json.loads(capsys.readouterr().out) == single and single["findings"]
+    assert len(copies) >= 5 and all(copies)
+    assert sum(passes) == len(copies) > len(passes) and max(passes) == 3  # at most PACK_AHEAD_MAX_PARTS a pass
+    packed_part.forget_ahead()  # (the scan let go of them already; nothing to find)
+
+
+def test_a_copy_made_ahead_goes_to_its_own_part_only(monkeypatch):
+    """A part whose copy a pass made ahead gets that copy; the same key with other frames (another
+    reading) gets a copy of its own; without room on the disk nothing is copied ahead."""
+    monkeypatch.setattr(packed_part, "PACK_MIN_FILE_BYTES", 0)
+    monkeypatch.setattr(mapped_frames, "MAPPED_MIN_BYTES", 0)
+    index, _ = _index_of(SAMPLES / "dns-ttl-herd.pcap")
+    try:
+        data = open_bytes(SAMPLES / "dns-ttl-herd.pcap", populate=False)
+        thirds = [np.arange(1 + k, index.records + 1, 3, dtype=np.uint32) for k in range(3)]
+        passes = []
+        through_files = mapped_frames.through_files
+        monkeypatch.setattr(mapped_frames, "through_files", lambda sizes, *a: passes.append(len(sizes))
+                            or through_files(sizes, *a))
+        first, _ = packed(data, index, thirds[0], "p0", lambda: iter([("p1", thirds[1]), ("p2", thirds[2])]))
+        assert passes == [3]
+        second, offsets = packed(data, index, thirds[1], "p1")
+        assert passes == [3]  # made ahead
+        data_off, caplen = index.where(thirds[1])
+        for old, new, n in zip(data_off, offsets, caplen):
+            assert bytes(second.buf[new:new + n]) == bytes(data.buf[old:old + n])
+        other, _ = packed(data, index, thirds[1][::2], "p2")  # p2's key, not p2's frames
+        assert passes == [3, 1] and len(other.buf) < len(second.buf)
+        monkeypatch.setattr(packed_part.shutil, "disk_usage", lambda path: type("U", (), {"free": 0})())
+        packed(data, index, thirds[0], "q0", lambda: iter([("q1", thirds[1])]))
+        assert passes == [3, 1, 1]
+        for copy in (first, second, other):
+            copy.close()
+        data.close()
+    finally:
+        packed_part.forget_ahead()
+        index.remove()
