@@ -55,12 +55,6 @@ PARTITIONED_PACKET_COLUMNS = caller_packet_columns(*SELECTION_COLUMNS)
 TASK_PACKET_COLUMNS: tuple[str, ...] = ()
 TASK_FRAME_COLUMNS: dict[str, tuple[str, ...]] = {"tcp_segments": ()}
 SMB2_TRANSACTIONS, SMB2_BREAKS = "smb2_transactions", "smb2_breaks"  # what _smb2_extra_rows reads
-# what the response times read of a protocol's transactions (service_response_times, resolvers,
-# expected_requests) and of SMB2's (_smb2_extra_rows)
-RESPONSE_TIME_COLUMNS = ("protocol", "client", "server", "server_port", "operation", "latency_ns", "is_error",
-                         "answered")
-READ_COLUMNS = (*RESPONSE_TIME_COLUMNS, "expects_response", "pending_by_design", "pending_ns", "interim_frame",
-                "ack_latency_ns", "ack_ns", "break_kind", "kind", "ack_required")
 _SCHEMA = {c: pl.String for c in KEY_COLUMNS} | {c: pl.UInt32 for c in ("count", "answered", "unanswered", "errors")} \
     | {c: pl.Int64 for c in LATENCY_COLUMNS} | {"mean": pl.Float64}
 
@@ -103,10 +97,10 @@ def _text_columns(frame: pl.DataFrame, names=("transport", "client", "server")) 
     return frame.with_columns(pl.col(c).cast(pl.String) for c in names if c in frame.columns)
 
 
-def protocol_transactions(cap, columns: tuple[str, ...] = COMMON_NAMES) -> list[tuple[str, pl.DataFrame]]:
-    """(protocol, its requests that expect an answer, ``columns`` of the common columns in their own
-    dtypes) for every protocol with transactions in the capture."""
-    frames = [(p.name, expected_requests(cap.frame(p.transactions)).select(columns))
+def protocol_transactions(cap) -> list[tuple[str, pl.DataFrame]]:
+    """(protocol, its requests that expect an answer, common columns in their own dtypes) for every
+    protocol with transactions in the capture."""
+    frames = [(p.name, expected_requests(cap.frame(p.transactions)).select(COMMON_NAMES))
               for p in _transaction_protocols(cap)]
     return [(p, f) for p, f in frames if f.height]
 
@@ -231,26 +225,8 @@ def decode_in_partitions(cap, partitions: int) -> None:
         return
     from .distributed import decode_into  # lazy: the partitions' tasks, only for partitioned stats
 
-    names = response_time_frames(cap)
-    decode_into(None, cap, names, packet_columns=("frame",), partitions=partitions,
-                task_packet_columns=TASK_PACKET_COLUMNS, frame_columns=TASK_FRAME_COLUMNS, shards=True,
-                caller_columns=caller_columns(names))
-
-
-def caller_columns(names: list[str]) -> dict[str, tuple[str, ...]]:
-    """What the caller of :func:`decode_in_partitions` merges of the frames ``names``: what it reads
-    (:data:`READ_COLUMNS`), and of a frame that a server-state frame among them is built of in the
-    caller (a cut server, ``analyzer.shards``) what its builder reads too, or all of it. On the 100M
-    synth capture every column of every transaction frame merged made a peak of 7.2 GB (issue 13)."""
-    from .shards import SERVER_STATE_COLUMNS, SERVER_STATE_FRAMES  # lazy: with the partitions' tasks
-
-    out = {name: READ_COLUMNS for name in names}
-    for source in {s for name in names for s in SERVER_STATE_FRAMES.get(name, ())}:
-        if source in SERVER_STATE_COLUMNS:
-            out[source] = tuple(dict.fromkeys((*out.get(source, ()), *SERVER_STATE_COLUMNS[source])))
-        else:
-            out.pop(source, None)  # its builder reads it whole
-    return out
+    decode_into(None, cap, response_time_frames(cap), packet_columns=("frame",), partitions=partitions,
+                task_packet_columns=TASK_PACKET_COLUMNS, frame_columns=TASK_FRAME_COLUMNS, shards=True)
 
 
 def service_response_times(cap, by: str | None = None) -> pl.DataFrame:
@@ -260,7 +236,7 @@ def service_response_times(cap, by: str | None = None) -> pl.DataFrame:
         raise ValueError(f"by: expected one of {', '.join(BY_CHOICES)}, not {by!r}")
     keys = ["protocol", "operation", "leg"] + ([by] if by else [])
     parts = []
-    for protocol, tx in protocol_transactions(cap, RESPONSE_TIME_COLUMNS):  # aggregated apart: own address dtypes
+    for protocol, tx in protocol_transactions(cap):  # aggregated apart: addresses stay in their own dtypes
         found = resolvers(tx).to_list() if protocol == "dns" else []
         parts.append(latency_stats(tx.with_columns(_leg_code(found).alias("leg")), keys, "latency_ns", "answered",
                                    pl.col("is_error").fill_null(False)))
