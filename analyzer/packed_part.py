@@ -30,7 +30,8 @@ of the parts read next (``following``), as many as fit in :data:`PACK_AHEAD_DISK
 space of the copies' directory (at most :data:`PACK_AHEAD_MAX_PARTS`). Each goes to a file of its own,
 mapped and unlinked at once and held here until its part asks for it (:func:`forget_ahead` lets go of
 those never asked for). A pass of the whole file then serves several parts: on the 100M synth capture,
-where a pass is a minute of reading from the disk, that was 31 passes for 31 parts.
+where a pass is a minute of reading from the disk, 31 parts took 14 passes instead of 31 (2 large
+ones a pass with ~13 GB free beside the capture, up to 8 small ones).
 """
 from __future__ import annotations
 
@@ -42,8 +43,8 @@ from typing import Callable, Hashable, Iterator
 
 import numpy as np
 
-from .jit import njit
 from . import mapped_frames
+from .jit import njit
 from .record_index import IndexMismatch, RecordIndex
 from .source import CaptureBytes, map_file
 
