@@ -124,20 +124,21 @@ def packed(data: CaptureBytes, index: RecordIndex, frames: np.ndarray, key: Hash
     if len(data.buf) <= pack_threshold_bytes() or frames.shape[0] == 0:
         return None
     head = min(len(data.buf), HEAD_BYTES)
+    own = index.where(frames)  # (data_off, caplen) of each record
     made = _made_ahead(data, key, frames)
     if made is None:
-        ahead = _parts_ahead(data, index, frames, following)
-        copies = _copies(data, index, [frames, *(f for f, _ in ahead)], head)
+        ahead = _parts_ahead(index, int(own[1].sum(dtype=np.int64)), following)
+        copies = _copies(data, [own, *(where for _, _, where in ahead)], head)
         if copies is None and ahead:  # no room for them all after all: this part's alone
-            ahead, copies = [], _copies(data, index, [frames], head)
+            ahead, copies = [], _copies(data, [own], head)
         if copies is None:
             return None
         made = copies[0]
-        for (frames_ahead, key_ahead), mapping in zip(ahead, copies[1:]):
+        for (key_ahead, frames_ahead, _), mapping in zip(ahead, copies[1:]):
             _ahead[key_ahead] = ((data.path, len(data.buf)), _digest(frames_ahead), mapping)
     offsets = np.empty(frames.shape[0], np.int64)
     offsets[0] = head
-    np.cumsum(index.where(frames)[1][:-1], out=offsets[1:])
+    np.cumsum(own[1][:-1], out=offsets[1:])
     offsets[1:] += head
     return dataclasses.replace(data, buf=made[1], _mmap=made[0], _file=None, mapped=False), offsets
 
@@ -159,10 +160,10 @@ def _made_ahead(data: CaptureBytes, key: Hashable | None, frames: np.ndarray):
     return entry[2]
 
 
-def _parts_ahead(data: CaptureBytes, index: RecordIndex, frames: np.ndarray,
-                 following: Following | None) -> list[tuple[np.ndarray, Hashable]]:
-    """The (frames, key) of the parts read next whose copies fit beside this part's: in order, while
-    their sizes add up to :data:`PACK_AHEAD_DISK_FRACTION` of the directory's free space."""
+def _parts_ahead(index: RecordIndex, own_bytes: int, following: Following | None) -> list[tuple]:
+    """The (key, frames, where: data_off and caplen) of the parts read next whose copies fit beside this
+    part's records (``own_bytes``): in order, while their sizes add up to :data:`PACK_AHEAD_DISK_FRACTION`
+    of the directory's free space."""
     directory = mapped_frames.frame_directory()
     if following is None or directory is None or PACK_AHEAD_MAX_PARTS < 2:
         return []
@@ -170,39 +171,40 @@ def _parts_ahead(data: CaptureBytes, index: RecordIndex, frames: np.ndarray,
         room = shutil.disk_usage(directory).free * PACK_AHEAD_DISK_FRACTION
     except OSError:
         return []
-    room -= HEAD_BYTES + int(index.where(frames)[1].sum(dtype=np.int64))
+    room -= HEAD_BYTES + own_bytes
     out = []
     for key, frames_next in following():
         if key in _ahead or frames_next.shape[0] == 0:
             continue
-        size = HEAD_BYTES + int(index.where(frames_next)[1].sum(dtype=np.int64))
+        where = index.where(frames_next)
+        size = HEAD_BYTES + int(where[1].sum(dtype=np.int64))
         if size < mapped_frames.MAPPED_MIN_BYTES:  # not worth a file: that part reads the file itself
             continue
         if size > room or len(out) + 1 >= PACK_AHEAD_MAX_PARTS:
             break
         room -= size
-        out.append((frames_next, key))
+        out.append((key, frames_next, where))
     return out
 
 
-def _copies(data: CaptureBytes, index: RecordIndex, parts: list[np.ndarray], head: int) -> list | None:
-    """The mappings of the copies of ``parts`` (each a part's frames), made in one forward pass over
-    ``data``: the file's first ``head`` bytes, then the part's records in file order."""
-    where = [index.where(frames) for frames in parts]
-    bounds = np.zeros(len(parts) + 1, np.int64)
+def _copies(data: CaptureBytes, where: list[tuple[np.ndarray, np.ndarray]], head: int) -> list | None:
+    """The mappings of the copies of parts whose records are ``where`` (each part's data_off and caplen),
+    made in one forward pass over ``data``: the file's first ``head`` bytes, then the part's records in
+    file order."""
+    parts = len(where)
+    bounds = np.zeros(parts + 1, np.int64)
     np.cumsum([w[0].shape[0] for w in where], out=bounds[1:])
     data_off = np.concatenate([w[0] for w in where]).astype(np.int64, copy=False)
     caplen = np.concatenate([w[1] for w in where])
     sizes = [head + int(w[1].sum(dtype=np.int64)) for w in where]
-    del where
 
     def write(paths: list[str]) -> None:
         outs = [open(path, "wb") for path in paths]
         try:
             for out in outs:
                 out.write(data.buf[:head].tobytes())
-            chunks = np.empty((len(parts), max(PACK_CHUNK_BYTES, int(caplen.max()))), np.uint8)
-            cursor, used = bounds[:-1].copy(), np.zeros(len(parts), np.int64)
+            chunks = np.empty((parts, max(PACK_CHUNK_BYTES, int(caplen.max()))), np.uint8)
+            cursor, used = bounds[:-1].copy(), np.zeros(parts, np.int64)
             while True:
                 status = copy_records(data.buf, data_off, caplen, bounds, cursor, chunks, used)
                 if status < 0:
