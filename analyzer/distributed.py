@@ -37,14 +37,14 @@ import polars as pl
 
 from .capture import ReadPart, open_captures
 from .errors import ClusterFailure
-from .kernels.silences import KEEP_EVERY_TIME
+from .kernels.silences import KEEP_EVERY_TIME, SPAN_ONLY_NS
 from .mapped_frames import mapped, mapped_array
 from .memory import POLARS_ALLOCATOR_ENV, worker_allocator_conf
 from .packed_part import forget_ahead
 from .packet_readers import build_packet_readers, narrow_after_readers
 from .partitions import (MERGE_KEY_COLUMNS, TASK_KEPT_PACKET_COLUMNS, CallerChunks, FrameSet, client_buckets,
                          connection_maps, decode_partition, merge_columns, merge_frames, read_part, sharded_ids)
-from .shards import MergedShards, shard_frames, with_server_frames
+from .shards import MergedShards, shard_frames, source_columns, with_server_frames
 from .wide_frames import columns_among
 
 INSTALL_HINT = "pip install 'herdscope[distributed]' (Dask's distributed scheduler)"
@@ -270,7 +270,8 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
                   frame_columns: dict[str, tuple[str, ...]] | None = None,
                   caller_columns: dict[str, tuple[str, ...]] | None = None,
                   caller_silence_ns: int | None = KEEP_EVERY_TIME, shards: bool = False, shard_then=None,
-                  hand_over=None, server_then=None, server_frames=()) -> tuple[dict, dict]:
+                  hand_over=None, server_then=None, server_frames=(), whole_times: bool | None = None
+                  ) -> tuple[dict, dict]:
     """The frames ``names`` of ``cap`` (read whole here, its selection applied), decoded partition by
     partition on ``client``'s cluster, each worker reading its partition's packets alone from the
     files, and merged: the same frames as a single process builds (``analyzer.partitions``); and the
@@ -282,10 +283,14 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
     ``Capture.release``: nothing more is built from ``cap``; the merged frames are set on it).
     ``partitions``: how many (default :data:`PARTITIONS_PER_THREAD` per worker thread). ``silence_ns``:
     what ``then`` reads of the whole capture's packet times (:func:`analyzer.partitions.read_part`; by
-    default every one). ``task_frames`` and ``task_packet_columns``: the frames ``then`` builds and
-    what a task reads of its partition's packets beyond what builds the frames, and
+    default every one); ``whole_times`` False: ``then`` reads none of them, and no task reads them (by
+    default they are read where ``then``, ``shard_then`` or ``hand_over`` is given: every one, frame and
+    time, is 1.6 GB in each task at 100M packets). ``task_frames`` and ``task_packet_columns``: the frames
+    ``then`` builds and what a task reads of its partition's packets beyond what builds the frames, and
     ``frame_columns`` what anything reads of the frames named, and ``caller_columns`` what the caller
-    reads of the merged frames named (those alone are merged and returned; :func:`decode_partition_task`).
+    reads of the merged frames named (those alone are merged and returned, and of a server-state frame's
+    sources what its builder reads besides: ``shards.source_columns``; :func:`decode_partition_task`).
+    Each merged frame is mapped out of memory as soon as it is merged (``mapped_frames.mapped``).
     ``caller_silence_ns``: with ``packet_columns``, what the caller then keeps of ``cap.packets``, the
     span and silences this long (``Capture.thin_packets``; None: every row). Of a capture read through
     ``analyzer.partitions.CallerChunks`` the caller keeps what that kept, and neither applies.
@@ -306,8 +311,13 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
     asked = list(names)
     if groups:  # what a server's state across its clients decides is built here, on the merged sources
         names = list(shard_frames(names))
+    # what the tasks send and the merge reads: what the caller reads, and of a server-state frame's
+    # sources what its builder reads too
+    sent_columns = source_columns(asked, caller_columns) if groups and caller_columns is not None else caller_columns
     # a worker elsewhere has not the caller's record index (its temporary directory): it walks the files
     reads = [read_part(cap, None, k, silence_ns) for k in range(count + len(in_shard))]
+    if whole_times is False or (whole_times is None and then is None and shard_then is None and hand_over is None):
+        reads = [dataclasses.replace(r, whole_times=False, silence_ns=SPAN_ONLY_NS) for r in reads]
     if not local:
         reads = [dataclasses.replace(r, record_index=None) for r in reads]
     elif isinstance(client, InProcess):  # read in turn: each part's copy can be made in an earlier one's pass
@@ -323,7 +333,7 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
         stack.callback(forget_ahead)  # copies made ahead for parts that did not run (an error)
         decoded = [client.submit(decode_partition_task, reads[k], ids, list(names), count, spill,
                                  shard_then if k in in_shard else then, client_frames, tuple(task_frames),
-                                 task_packet_columns, frame_columns, caller_columns,
+                                 task_packet_columns, frame_columns, sent_columns,
                                  hand_over if k in in_shard else None, pure=False)
                    for k in range(len(reads))]
         del ids  # every partition has it (done, in this process): 2 bytes a packet not held through what follows
@@ -347,13 +357,15 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
             if not isinstance(client, InProcess) and isinstance(exc, _dask().KilledWorker):
                 raise ClusterFailure(f"a Dask worker died while decoding (out of memory?): {exc}") from exc
             raise
-        merged = merge_frames(parts, conn_maps)  # before the spilled files go
-    if groups:
-        merged = with_server_frames(merged, asked)
+        # before the spilled files go; each merged frame is held to the end of the run, so out of memory
+        # as soon as it is merged: on the 100M synth capture, stats' merged frames held at once were 7.2 GB
+        merged = merge_frames(parts, conn_maps, then=lambda name, frame: mapped(frame))
+    if groups:  # the server-state frames built here are mapped in turn
+        merged = {name: frame if name in names else mapped(frame)
+                  for name, frame in with_server_frames(merged, asked).items()}
     for name, wanted in (caller_columns or {}).items():
         if name in merged:
             merged[name] = columns_among(merged[name], wanted)
-    merged = {name: mapped(frame) for name, frame in merged.items()}  # held to the end of the run: not in memory
     extras: dict[str, list] = {}
     for extra in found:
         for name, frame in extra.items():

@@ -98,8 +98,7 @@ MERGE_ORDER: dict[str, tuple[str, ...]] = {
 # per-partition ordinals, offset to stay unique (module doc)
 ORDINALS: dict[str, tuple[str, ...]] = {
     "smb2_messages": ("message",), "smb2_transactions": ("message",),
-    "nfs_messages": ("message",), "nfs_transactions": ("message",),
-    "kerberos_transactions": ("login",),
+    "nfs_messages": ("message",), "nfs_transactions": ("message",), "kerberos_transactions": ("login",),
 }
 # the frames keyed by a TCP connection (a ``conn`` column): what a client bucket holds
 CONNECTION_FRAMES = ("connections", "tcp_segments", "tcp_client_syns")
@@ -522,11 +521,12 @@ def _ordinal_bases(parts, name: str, frames: list[pl.DataFrame]) -> list[dict[st
 
 
 def merge_frames(parts: list[dict[str, pl.DataFrame]], conn_maps: list[pl.DataFrame] | None = None,
-                 only=None) -> dict[str, pl.DataFrame]:
+                 only=None, then=None) -> dict[str, pl.DataFrame]:
     """The whole run's frames from the partitions' (:func:`decode_partition`; module doc). ``conn_maps``:
     the partitions' conn maps over every partition (:func:`connection_maps`), where ``parts`` are
     client buckets of them (:func:`client_buckets`); by default they are worked out from ``parts``.
-    ``only``: those frames alone (the others are not read; by default every one)."""
+    ``only``: those frames alone (the others are not read; by default every one). ``then(name, frame)``:
+    what is kept of each frame, called once it is merged (``distributed.decode_frames`` maps it out of memory)."""
     conn_maps = connection_maps(parts) if conn_maps is None else conn_maps
     udp_maps: dict[str, list | None] = {}
     merged = {}
@@ -543,7 +543,7 @@ def merge_frames(parts: list[dict[str, pl.DataFrame]], conn_maps: list[pl.DataFr
         del frames, nonempty  # the merged frame alone holds the parts' columns: gathered, each is let go of
         if "qp_pair" in held[0].columns:
             held = [_qp_pairs(held.pop())]
-        merged[name] = _in_merge_order(held, name)
+        merged[name] = _in_merge_order(held, name) if then is None else then(name, _in_merge_order(held, name))
     return merged
 
 

@@ -48,6 +48,23 @@ def shard_frames(names) -> tuple[str, ...]:
     return tuple(out)
 
 
+def source_columns(names, columns: Mapping[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+    """Of :func:`shard_frames` of ``names``, what to merge when the frames ``names`` are read only
+    ``columns`` (frame -> the columns read of it; a frame not in it is read whole): a frame's own, and of
+    a source of a frame of :data:`SERVER_STATE_FRAMES` what its builder reads besides
+    (:data:`SERVER_STATE_COLUMNS`; a source whose builder does not say is merged whole, as is one that is
+    asked for and read whole)."""
+    whole = {name for name in names if name not in columns}
+    out = {name: set(columns[name]) for name in names if name in columns}
+    for name in names:
+        for source in SERVER_STATE_FRAMES.get(name, ()):
+            if source not in SERVER_STATE_COLUMNS:
+                whole.add(source)
+            elif source not in whole:
+                out[source] = out.get(source, set()) | set(SERVER_STATE_COLUMNS[source])
+    return {name: tuple(sorted(kept)) for name, kept in out.items() if name not in whole}
+
+
 def with_server_frames(merged: dict[str, pl.DataFrame], names) -> dict[str, pl.DataFrame]:
     """The frames ``names`` of a run whose partitions sent :func:`shard_frames` of them, ``merged``: those
     of :data:`SERVER_STATE_FRAMES` built on their sources (their builders read frames alone), the

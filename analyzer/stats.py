@@ -55,6 +55,13 @@ PARTITIONED_PACKET_COLUMNS = caller_packet_columns(*SELECTION_COLUMNS)
 TASK_PACKET_COLUMNS: tuple[str, ...] = ()
 TASK_FRAME_COLUMNS: dict[str, tuple[str, ...]] = {"tcp_segments": ()}
 SMB2_TRANSACTIONS, SMB2_BREAKS = "smb2_transactions", "smb2_breaks"  # what _smb2_extra_rows reads
+# what the response times read of a protocol's transactions (service_response_times, resolvers)
+RESPONSE_TIME_COLUMNS = ("protocol", "client", "server", "server_port", "operation", "latency_ns", "is_error",
+                         "answered")
+# what stats reads of the frames it decodes in partitions: the response times', expected_requests' and
+# _smb2_extra_rows' (of a transactions frame and of smb2_breaks); the caller merges no more of them
+PARTITIONED_FRAME_COLUMNS = (*RESPONSE_TIME_COLUMNS, "expects_response", "pending_by_design", "pending_ns",
+                             "interim_frame", "ack_latency_ns", "ack_ns", "break_kind", "kind", "ack_required")
 _SCHEMA = {c: pl.String for c in KEY_COLUMNS} | {c: pl.UInt32 for c in ("count", "answered", "unanswered", "errors")} \
     | {c: pl.Int64 for c in LATENCY_COLUMNS} | {"mean": pl.Float64}
 
@@ -97,10 +104,10 @@ def _text_columns(frame: pl.DataFrame, names=("transport", "client", "server")) 
     return frame.with_columns(pl.col(c).cast(pl.String) for c in names if c in frame.columns)
 
 
-def protocol_transactions(cap) -> list[tuple[str, pl.DataFrame]]:
-    """(protocol, its requests that expect an answer, common columns in their own dtypes) for every
-    protocol with transactions in the capture."""
-    frames = [(p.name, expected_requests(cap.frame(p.transactions)).select(COMMON_NAMES))
+def protocol_transactions(cap, columns: tuple[str, ...] = COMMON_NAMES) -> list[tuple[str, pl.DataFrame]]:
+    """(protocol, its requests that expect an answer, ``columns`` of the common columns in their own
+    dtypes) for every protocol with transactions in the capture."""
+    frames = [(p.name, expected_requests(cap.frame(p.transactions)).select(columns))
               for p in _transaction_protocols(cap)]
     return [(p, f) for p, f in frames if f.height]
 
@@ -219,14 +226,18 @@ def decode_in_partitions(cap, partitions: int) -> None:
     other (``herdscope stats --partitions``, or a capture large enough: ``analyzer.record_estimate``),
     ``cap`` opened reading :data:`PARTITIONED_PACKET_COLUMNS` of its packets and its selection applied:
     memory holds one partition's decoding at a time (a big server cut into shards of its clients,
-    ``analyzer.partitions``) and the merged transactions, and the response times are the same
-    (tests/test_partitioned_commands.py). Nothing is done for one partition."""
+    ``analyzer.partitions``) and one merged frame, of which :data:`PARTITIONED_FRAME_COLUMNS` alone are
+    merged and which is mapped out of memory once merged (``analyzer.distributed.decode_frames``: on the
+    100M synth capture every column of every transaction frame, merged and held, was 7.2 GB); the
+    response times are the same (tests/test_partitioned_commands.py). Nothing is done for one partition."""
     if partitions <= 1:
         return
     from .distributed import decode_into  # lazy: the partitions' tasks, only for partitioned stats
 
-    decode_into(None, cap, response_time_frames(cap), packet_columns=("frame",), partitions=partitions,
-                task_packet_columns=TASK_PACKET_COLUMNS, frame_columns=TASK_FRAME_COLUMNS, shards=True)
+    names = response_time_frames(cap)
+    decode_into(None, cap, names, packet_columns=("frame",), partitions=partitions,
+                task_packet_columns=TASK_PACKET_COLUMNS, frame_columns=TASK_FRAME_COLUMNS, shards=True,
+                caller_columns=dict.fromkeys(names, PARTITIONED_FRAME_COLUMNS))
 
 
 def service_response_times(cap, by: str | None = None) -> pl.DataFrame:
@@ -236,7 +247,7 @@ def service_response_times(cap, by: str | None = None) -> pl.DataFrame:
         raise ValueError(f"by: expected one of {', '.join(BY_CHOICES)}, not {by!r}")
     keys = ["protocol", "operation", "leg"] + ([by] if by else [])
     parts = []
-    for protocol, tx in protocol_transactions(cap):  # aggregated apart: addresses stay in their own dtypes
+    for protocol, tx in protocol_transactions(cap, RESPONSE_TIME_COLUMNS):  # aggregated apart: own address dtypes
         found = resolvers(tx).to_list() if protocol == "dns" else []
         parts.append(latency_stats(tx.with_columns(_leg_code(found).alias("leg")), keys, "latency_ns", "answered",
                                    pl.col("is_error").fill_null(False)))

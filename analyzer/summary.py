@@ -343,7 +343,8 @@ def summarize_in_partitions(cap: Capture, partitions: int) -> dict:
     counted = decode_into(None, cap, ["connections"], then=counted_parts, shard_then=counted_parts,
                           packet_columns=("frame",),
                           partitions=partitions, task_frames=damage_frames(merged_tally(tally)),
-                          task_packet_columns=TASK_PACKET_COLUMNS, frame_columns=TASK_FRAME_COLUMNS)
+                          task_packet_columns=TASK_PACKET_COLUMNS, frame_columns=TASK_FRAME_COLUMNS,
+                          whole_times=False)  # counted_parts reads none of the whole capture's packet times
     return summarize(cap, counted, tally)
 
 

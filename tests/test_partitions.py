@@ -176,6 +176,40 @@ def test_spilled_frames_are_read_when_the_merge_reaches_them(tmp_path):
         spilled["gone"]
 
 
+def test_a_server_state_frames_sources_are_merged_with_what_its_builder_reads():
+    """A caller reading a few columns of the frames of a cut server's state (``shards.SERVER_STATE_FRAMES``)
+    has the sources merged with what their builders read besides; a source whose builder does not say
+    (``SERVER_STATE_COLUMNS``), or one the caller reads whole, is merged whole."""
+    read = ("server", "latency_ns")
+    out = shards.source_columns(["smb2_breaks", "smb2_transactions", "dns_transactions"],
+                                {"smb2_breaks": read, "smb2_transactions": read, "dns_transactions": read})
+    assert set(out["smb2_messages"]) == set(shards.SERVER_STATE_COLUMNS["smb2_messages"])
+    assert out["dns_transactions"] == tuple(sorted(read))
+    assert "smb2_transactions" not in out  # break_frame reads it whole
+    out = shards.source_columns(["smb2_breaks", "smb2_messages", "nfs_transactions"],
+                                {"smb2_breaks": read, "smb2_messages": ("lease_key", "server")})
+    assert set(out["smb2_messages"]) == {"lease_key", "server", *shards.SERVER_STATE_COLUMNS["smb2_messages"]}
+    assert "nfs_messages" not in out and "nfs_transactions" not in out
+    assert shards.source_columns(["smb2_breaks", "smb2_messages"], {"smb2_breaks": read}) == {"smb2_breaks": tuple(sorted(read))}
+
+
+def test_each_merged_frame_is_handed_on_as_soon_as_it_is_merged():
+    """``merge_frames(then=...)`` hands each frame on when it is merged, before the next is read (so a
+    caller can move it out of memory: ``analyzer.distributed.decode_frames`` maps it), and keeps what it gives back."""
+    class Parts(dict):
+        def __getitem__(self, name):
+            order.append(("read", name))
+            return super().__getitem__(name)
+
+    order = []
+    part = {"dns_transactions": pl.DataFrame({"latency_ns": [1, 2]}), "ldap_transactions": pl.DataFrame({"x": [3]})}
+    merged = partitions.merge_frames([Parts(part), Parts(part)], [pl.DataFrame(), pl.DataFrame()],
+                                     then=lambda name, frame: (order.append(("then", name)), frame.head(1))[1])
+    assert order == [("read", "dns_transactions")] * 2 + [("then", "dns_transactions")] \
+        + [("read", "ldap_transactions")] * 2 + [("then", "ldap_transactions")]
+    assert merged["dns_transactions"].height == 1 and merged["ldap_transactions"].height == 1
+
+
 def test_remap_renumbers_only_the_column_and_only_where_asked():
     """The merge's renumbering (``_remap``): ids through the map, an id the map does not list and a null
     become null, rows outside ``where`` keep theirs, the column its type, every other column untouched."""
