@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from analyzer import cli, distributed, record_estimate
+from analyzer.kernels.silences import SPAN_ONLY_NS
 
 SAMPLES = Path(__file__).parent.parent / "samples"
 CAPTURES = sorted(p.name for p in SAMPLES.iterdir() if p.suffix in (".pcap", ".pcapng"))
@@ -75,6 +76,28 @@ def test_a_large_capture_is_decoded_in_partitions_by_default(capsys, monkeypatch
     # the big file's three, and its server (most of its packets) cut into shards besides; the small one at once
     assert tasks.count(distributed.decode_partition_task) > 3
     assert parts == whole and len(whole) == 2
+
+
+@pytest.mark.parametrize("command", ["info", "stats", "scan"])
+def test_only_a_scans_tasks_read_the_whole_captures_packet_times(capsys, monkeypatch, tmp_path, command):
+    """Every packet's (frame, ts_ns) is 16 bytes a packet in each task (1.6 GB at 100M packets): a task reads
+    them only when what it runs reads them (a scan's detectors: spans and rates are the capture's), not
+    for ``stats`` or ``info`` (their tasks then hold the ends alone)."""
+    seen = []
+    task = distributed.decode_partition_task
+
+    def traced(part, *args, **kwargs):
+        seen.append((part.whole_times, part.silence_ns))
+        return task(part, *args, **kwargs)
+
+    monkeypatch.setattr(distributed, "decode_partition_task", traced)
+    output = ["--output", str(tmp_path / "out.json")] if command == "scan" else []
+    _json_lines(capsys, command, "--partitions", "2", str(SAMPLES / "ldap-saturation.pcap"), *output)
+    assert len(seen) >= 2
+    if command == "scan":
+        assert all(whole for whole, _ in seen)
+    else:
+        assert seen == [(False, SPAN_ONLY_NS)] * len(seen)
 
 
 @pytest.mark.parametrize("name", ["ldap-saturation.pcap", "smb2-break-queue.pcap", "dns-retry-storm.pcapng"])
