@@ -36,7 +36,8 @@ A detector is a module in ``detectors/`` with:
   of frames (its candidates and those facts, of the same columns on every partition), and
   ``finish(parts, capture, params)`` makes the findings of the parts concatenated over the partitions
   (reading of ``capture`` no more than ``interfaces``); its ``detect`` is ``finish(partial(...))``, so
-  the whole run and the partitioned one are the same code (``retry_storm``).
+  the whole run and the partitioned one are the same code (``retry_storm``; ``tcp_stall``, whose
+  stalls that hold a silence of the whole capture wait on what the whole capture resumed with).
   ``SHARDS = True`` (optional, with ``"server"``): its findings are also the union of its findings on
   each set of whole connections of a server (it judges each connection alone: ``tcp_stall``), so a
   scan runs it on the shards of a server cut by client (``analyzer.shards``); it then

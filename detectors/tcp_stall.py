@@ -52,7 +52,9 @@ What is measured (per connection and sending side, one finding per kind)
         (the first data-bearing TCP segment after it is not a retransmission): the capture was stopped or
         files were merged, and the time is the capture's, not TCP's. Informational ("cannot judge"),
         naming the silence. A capture-wide silence that ends in retransmissions is an outage or an RTO
-        backoff and stays the stall it is.
+        backoff and stays the stall it is. Which segment came first after a silence is the whole
+        capture's: on server partitions, the connections with an episode holding a silence are judged
+        where the partitions meet (:func:`partial`, :func:`finish`).
     ``delayed_ack``: the Nagle / delayed-ACK interaction (RFC 896, RFC 1122 4.2.3.2, RFC 9293 3.8.6.2):
         side A's data segment S is acknowledged by a *pure* ACK from B that came at least
         ``max(delack_min_ns, delack_rtts x RTT)`` after it (a delayed-ACK timer: ~40 ms Linux, ~200 ms
@@ -383,7 +385,7 @@ def linked_segments(s: pl.DataFrame, conns: pl.DataFrame, p: Params, res: float)
 
 def _batch_episodes(s: pl.DataFrame, conns: pl.DataFrame, p: Params, res: float):
     """One batch of whole connections: (its episodes by kind: rto, delayed_ack, zero_window,
-    window_full, bursts; its connections' info; its resume rows for ``capture_gaps``)."""
+    window_full, bursts; its connections' info; its resume rows for ``first_resumes``)."""
     s, info = linked_segments(s, conns, p, res)
     zw = ep.zero_window(s, p, res)
     parts = [ep.rto(s, p, res), ep.delayed_ack(s, p, res), zw, ep.window_full(s, zw, p, res),
@@ -401,50 +403,116 @@ def _last_packet_ns(capture, last_seg_ns: int) -> int:
     return max(int(last), int(last_seg_ns)) if last is not None else last_seg_ns
 
 
+# what partial() hands finish() of the connections whose findings wait on the whole capture's silences
+# (an episode of theirs holds one): their episodes and their info, of the same columns and types on every
+# partition (``conn`` there is the connection's first frame, which no other partition's connection has)
+EPISODE_SCHEMA = pl.Schema({
+    "conn": pl.UInt32, "from_client": pl.Boolean, "kind": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64,
+    "stall_ns": pl.Float64, "threshold_ns": pl.Float64, "frames": pl.List(pl.UInt32), "gaps": pl.List(pl.Float64),
+    "retx": pl.UInt32, "syn": pl.Boolean, "waited": pl.Boolean, "dsacked": pl.UInt32, "ans_frame": pl.UInt32,
+    "ans_flags": pl.Int64, "peer_fin_frame": pl.UInt32, "unanswered": pl.Boolean, "peer_last_frame": pl.UInt32,
+    "wait_ns": pl.Int64, "probes": pl.UInt32, "never_reopened": pl.Boolean, "first_bytes": pl.Int64,
+    "prev_peak": pl.Int64, "best_peak": pl.Int64, "bytes": pl.Int64, "rounds": pl.Int64, "idle_ns": pl.Int64})
+CONNECTION_SCHEMA = pl.Schema({
+    "conn": pl.UInt32, "first_ts_ns": pl.Int64, "last_ts_ns": pl.Int64, "client_packets": pl.UInt32,
+    "server_packets": pl.UInt32, "client": pl.String, "server": pl.String, "client_port": pl.UInt16,
+    "server_port": pl.UInt16, "client_mss": pl.Int64, "server_mss": pl.Int64, "saw_synack": pl.Boolean,
+    "client_ep": pl.String, "server_ep": pl.String, "rtt": pl.Float64, "rtt_source": pl.String,
+    "last_pay_ts": pl.Int64, "both_directions": pl.Boolean, "resource": pl.String, "life_ns": pl.Int64,
+    "idle_ns": pl.Int64, "active_ns": pl.Int64})
+SPAN_SCHEMA = pl.Schema({"last_ns": pl.Int64})  # the capture's last packet
+
+
 def detect(capture, params: Params = Params()) -> pl.DataFrame:
+    return finish(partial(capture, params), capture, params)
+
+
+def partial(capture, params: Params = Params()) -> dict[str, pl.DataFrame]:
+    """Step one of two (base.py, PARTITION): ``findings``, those of the connections no episode of which
+    holds a silence of the whole capture; of the others (whether a stall is the capture's depends on
+    what the whole capture resumed with after the silence, which a partition sees only part of),
+    their ``episodes`` and ``connections``; each silence's first data-bearing segment after it here
+    (``resumes``) and the capture's last packet (``span``)."""
     p = params
+    parts = {"findings": empty_findings(), "episodes": pl.DataFrame(schema=EPISODE_SCHEMA),
+             "connections": pl.DataFrame(schema=CONNECTION_SCHEMA),
+             "resumes": pl.DataFrame(schema=ep.RESUME_SCHEMA), "span": pl.DataFrame(schema=SPAN_SCHEMA)}
     try:
         seg = capture.frame("tcp_segments")
         conns = capture.frame("connections")
     except KeyError:
-        return empty_findings()
+        return parts
     if seg.height == 0 or conns.height == 0:
-        return empty_findings()
+        return parts
     res = resolution_ns(capture)
     last_seg_ts = seg["ts_ns"].max()
     if last_seg_ts is None:
-        return empty_findings()
+        return parts
     # the capture's end: its last packet from anyone (the whole capture's on a partition or shard, whose
     # own segments end earlier), or the last segment's where no packet times are held
     last_ns = _last_packet_ns(capture, last_seg_ts)
+    parts["span"] = pl.DataFrame({"last_ns": [last_ns]}, schema=SPAN_SCHEMA)
     # Everything below is per connection but the capture's silences, so the connections are taken in
     # batches (segment_batches); each batch's resumes are kept for the silences.
     kinds: list[list[pl.DataFrame]] = [[] for _ in range(5)]
     infos, resumes = [], []
     for batch_segments, batch_conns in segment_batches(seg, conns):
-        parts, info, resume = _batch_episodes(batch_segments, batch_conns, p, res)
-        for k, part in enumerate(parts):
+        batch, info, resume = _batch_episodes(batch_segments, batch_conns, p, res)
+        for k, part in enumerate(batch):
             kinds[k].append(part)
         infos.append(info)
         resumes.append(resume)
     del seg
-    parts = [x for part in kinds for x in part if x.height]
-    if not parts:
-        return empty_findings()
+    silences = ep.capture_silences(capture, p)
+    parts["resumes"] = ep.first_resumes(silences, pl.concat(resumes))
+    found = [x for part in kinds for x in part if x.height]
+    if not found:
+        return parts
     info = pl.concat(infos, how="diagonal_relaxed")
-    eps = pl.concat(parts, how="diagonal_relaxed")
-    for col, dtype in (("gaps", pl.List(pl.Float64)), ("retx", pl.UInt32), ("syn", pl.Boolean),
-                       ("waited", pl.Boolean), ("dsacked", pl.UInt32), ("ans_frame", pl.UInt32),
-                       ("ans_flags", pl.Int64), ("peer_fin_frame", pl.UInt32), ("unanswered", pl.Boolean),
-                       ("peer_last_frame", pl.UInt32),
-                       ("wait_ns", pl.Int64), ("probes", pl.UInt32), ("never_reopened", pl.Boolean),
-                       ("first_bytes", pl.Int64), ("prev_peak", pl.Int64), ("best_peak", pl.Int64),
-                       ("bytes", pl.Int64), ("rounds", pl.Int64), ("idle_ns", pl.Int64)):
+    eps = _episodes(found)
+    waiting = pl.col("conn").is_in(ep.holding_a_silence(eps, silences).implode())
+    no_silence = pl.DataFrame(schema=ep.SILENCE_SCHEMA)
+    parts["findings"] = _findings(eps.filter(~waiting), info, no_silence, last_ns, res, p)
+    first_frame = conns.select("conn", pl.col("first_frame").cast(pl.UInt32).alias("_first"))
+
+    def by_first_frame(frame: pl.DataFrame, schema: pl.Schema) -> pl.DataFrame:
+        frame = frame.filter(waiting).join(first_frame, on="conn", how="left", maintain_order="left")
+        return frame.with_columns(pl.col("_first").alias("conn")).select(*schema).cast(schema)
+
+    parts["episodes"] = by_first_frame(eps, EPISODE_SCHEMA)
+    parts["connections"] = by_first_frame(info, CONNECTION_SCHEMA)
+    return parts
+
+
+def finish(parts: dict[str, pl.DataFrame], capture, params: Params = Params()) -> pl.DataFrame:
+    """The findings of :func:`partial`'s parts (of the whole capture, or concatenated over its
+    partitions): the connections whose episodes hold a silence of the whole capture judged with the
+    silences after which the whole capture resumed cleanly. Reads ``interfaces`` of ``capture``."""
+    found = parts["findings"]
+    if parts["episodes"].height:
+        last_ns = parts["span"]["last_ns"].max()
+        found = pl.concat([found, _findings(parts["episodes"], parts["connections"], ep.clean_gaps(parts["resumes"]),
+                                            last_ns, resolution_ns(capture), params)])
+    return found.sort("start_ns", maintain_order=True)
+
+
+def _episodes(found: list[pl.DataFrame]) -> pl.DataFrame:
+    """The episodes of every kind as one frame (the columns a kind has not, null)."""
+    eps = pl.concat(found, how="diagonal_relaxed")
+    for col, dtype in EPISODE_SCHEMA.items():
         if col not in eps.columns:
             eps = eps.with_columns(pl.lit(None, dtype).alias(col))
-    eps = eps.with_columns(pl.col("gaps").cast(pl.List(pl.Float64)), pl.col("waited").fill_null(True))
+    return eps.with_columns(pl.col("gaps").cast(pl.List(pl.Float64)), pl.col("waited").fill_null(True))
+
+
+def _findings(eps: pl.DataFrame, info: pl.DataFrame, gaps: pl.DataFrame, last_ns: int, res: float,
+              p: Params) -> pl.DataFrame:
+    """The findings of episodes ``eps`` (:func:`_episodes`) of connections ``info``, those holding a
+    clean silence of the whole capture (``gaps``: tcp_stall_kinds.clean_gaps) the capture's."""
+    if eps.height == 0:
+        return empty_findings()
     # a stall that spans a silence of the whole capture that ended cleanly is the capture's
-    eps = ep.relabel_capture_gaps(eps, ep.capture_gaps(capture, pl.concat(resumes), p))
+    eps = ep.relabel_capture_gaps(eps, gaps)
     # overlapping episodes of one side and kind count once (union of their intervals)
     eps = eps.sort("conn", "from_client", "kind", "start_ns", "end_ns").with_columns(
         pl.col("end_ns").cum_max().shift(1).over("conn", "from_client", "kind").alias("_covered"))

@@ -250,17 +250,22 @@ def rto(s: pl.DataFrame, p, res: float) -> pl.DataFrame:
 
 def resume_rows(s: pl.DataFrame) -> pl.DataFrame:
     """The data-bearing segments of ``s`` (after :func:`linked`) as (r_ts, r_retx): what
-    :func:`capture_gaps` needs of them."""
+    :func:`first_resumes` needs of them."""
     return _rows(s, pl.col("data_like"), pl.col("ts_ns").cast(pl.Int64).alias("r_ts"),
                  ((pl.col("analysis") & an.ANY_RETRANSMISSION) != 0).alias("r_retx"))
 
 
-def capture_gaps(capture, resume: pl.DataFrame, p) -> pl.DataFrame:
-    """Silences of the whole capture (no packet from anyone) of at least ``capture_gap_ns`` after which
-    traffic resumed cleanly: the first data-bearing TCP segment at or after the gap's end
-    (``resume``: :func:`resume_rows` of every segment) is not a retransmission. Columns g0 (last
-    packet before), g1 (first after), g0_frame, g1_frame."""
-    empty = pl.DataFrame(schema={"g0": pl.Int64, "g1": pl.Int64, "g0_frame": pl.Int64, "g1_frame": pl.Int64})
+# a silence of the whole capture: the last packet before it and the first after (times, frames)
+SILENCE_SCHEMA = {"g0": pl.Int64, "g1": pl.Int64, "g0_frame": pl.Int64, "g1_frame": pl.Int64}
+# a silence and the first data-bearing segment at or after its end (null when none): first_resumes
+RESUME_SCHEMA = {**SILENCE_SCHEMA, "r_ts": pl.Int64, "r_retx": pl.Boolean}
+
+
+def capture_silences(capture, p) -> pl.DataFrame:
+    """Silences of the whole capture (no packet from anyone, ``capture.packets``) of at least
+    ``capture_gap_ns``, whatever came after them (:data:`SILENCE_SCHEMA`). A server partition holds
+    every one of them (base.py, PARTITION)."""
+    empty = pl.DataFrame(schema=SILENCE_SCHEMA)
     try:
         pk = capture.packets.select(pl.col("ts_ns").cast(pl.Int64), pl.col("frame").cast(pl.Int64))
     except (KeyError, AttributeError, pl.exceptions.ColumnNotFoundError):
@@ -271,11 +276,41 @@ def capture_gaps(capture, resume: pl.DataFrame, p) -> pl.DataFrame:
     gaps = pk.with_columns(pl.col("ts_ns").shift(1).alias("g0"), pl.col("frame").shift(1).alias("g0_frame")) \
         .filter((pl.col("ts_ns") - pl.col("g0")) >= p.capture_gap_ns) \
         .select("g0", pl.col("ts_ns").alias("g1"), "g0_frame", pl.col("frame").alias("g1_frame"))
-    if gaps.height == 0:
-        return empty
-    resume = resume.sort("r_ts", "r_retx")
-    gaps = gaps.sort("g1").join_asof(resume, left_on="g1", right_on="r_ts", strategy="forward")
-    return gaps.filter(~pl.col("r_retx").fill_null(False)).select("g0", "g1", "g0_frame", "g1_frame")
+    return gaps.cast(SILENCE_SCHEMA) if gaps.height else empty
+
+
+def first_resumes(silences: pl.DataFrame, resume: pl.DataFrame) -> pl.DataFrame:
+    """Each of ``silences`` with the first of ``resume`` (:func:`resume_rows`: data-bearing segments as
+    (r_ts, r_retx)) at or after its end; of segments at the same time, one that is not a
+    retransmission. On a server partition these are its own segments' (:data:`RESUME_SCHEMA`);
+    :func:`clean_gaps` takes the first over every partition's."""
+    if silences.height == 0:
+        return pl.DataFrame(schema=RESUME_SCHEMA)
+    resume = resume.select(pl.col("r_ts").cast(pl.Int64), "r_retx").sort("r_ts", "r_retx")
+    return silences.sort("g1").join_asof(resume, left_on="g1", right_on="r_ts", strategy="forward") \
+        .cast(RESUME_SCHEMA)
+
+
+def clean_gaps(resumes: pl.DataFrame) -> pl.DataFrame:
+    """The silences after which traffic resumed cleanly: the first data-bearing TCP segment of the
+    whole capture at or after the silence's end (the earliest of ``resumes``' rows for it, the
+    :func:`first_resumes` of one or of every partition) is not a retransmission, or there is none.
+    Columns g0 (last packet before), g1 (first after), g0_frame, g1_frame."""
+    first = resumes.sort("r_ts", "r_retx", nulls_last=True, maintain_order=True) \
+        .group_by(*SILENCE_SCHEMA, maintain_order=True).first()
+    return first.filter(~pl.col("r_retx").fill_null(False)).select(*SILENCE_SCHEMA)
+
+
+def holding_a_silence(eps: pl.DataFrame, silences: pl.DataFrame) -> pl.Series:
+    """The connections (``conn``) with an episode of ``eps`` whose interval holds one of ``silences``
+    (whatever came after it): the only ones :func:`relabel_capture_gaps` can change, and so the only
+    ones whose findings depend on what the whole capture resumed with."""
+    if silences.height == 0 or eps.height == 0:
+        return pl.Series("conn", [], eps.schema.get("conn", pl.UInt32))
+    # silences do not overlap: the first starting at or after an episode's start ends first
+    hit = eps.select("conn", pl.col("start_ns").cast(pl.Int64), pl.col("end_ns").cast(pl.Int64)) \
+        .sort("start_ns").join_asof(silences.sort("g0"), left_on="start_ns", right_on="g0", strategy="forward")
+    return hit.filter(pl.col("g1") <= pl.col("end_ns"))["conn"].unique()
 
 
 def relabel_capture_gaps(eps: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFrame:

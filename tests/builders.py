@@ -230,6 +230,19 @@ def stream_steps(stream: bytes, cuts=(), skip=(), server=False, t0=100_000, gap=
     return steps
 
 
+def merged_pcaps(*captures: bytes) -> bytes:
+    """One pcap holding the records of several (little-endian, the same link type and time unit: the
+    first one's header), in time order; records at the same time in the order given."""
+    header, records = captures[0][:24], []
+    for data in captures:
+        pos = 24
+        while pos + 16 <= len(data):
+            sec, frac, incl, _ = struct.unpack_from("<IIII", data, pos)
+            records.append((sec, frac, len(records), data[pos:pos + 16 + incl]))
+            pos += 16 + incl
+    return header + b"".join(r[3] for r in sorted(records))
+
+
 # --- BER / DER (X.690) ----------------------------------------------------------------------------
 
 def length_octets(n: int) -> bytes:

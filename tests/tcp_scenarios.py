@@ -3,7 +3,8 @@ modules check: tests/test_tcp_analysis.py against the expected analysis, tests/t
 against tshark."""
 from __future__ import annotations
 
-from builders import ack_step as ack, data_step as data, handshake, opt_sack, opt_sack_perm
+from builders import (ack_step as ack, data_step as data, handshake, merged_pcaps, opt_sack, opt_sack_perm,
+                      tcp_conversation)
 
 US = 1_000  # ns
 
@@ -49,3 +50,24 @@ def stale_ack_rst_steps():
         ack(3 * s + 100 * US, True, seq=101, ack=201),
         {"t": 3 * s + 110 * US, "from_client": True, "flags": 0x11, "seq": 101, "ack": 201},  # 11: FIN
     ]
+
+
+def gap_capture(resume_with_retransmission: bool, silence=60 * 10**9, rtt=400 * US, b_server=None) -> bytes:
+    """Two connections (to the same server, or B's to ``b_server``, an (address, port)): A sends data
+    at 10 ms whose ACK is lost, then the whole capture is silent for ``silence``; after it B resumes
+    first with new data (or A's retransmission comes first), and both close."""
+    ms = 1_000_000
+    t = 10 * ms
+
+    def fin_close(at):
+        return [{"t": at, "from_client": True, "flags": 0x11}, {"t": at + rtt // 2, "from_client": False, "flags": 0x11},
+                ack(at + rtt, True)]
+
+    a = handshake(0, rtt=rtt) + [data(t, True)]
+    b = handshake(1 * ms, rtt=rtt) + [data(2 * ms, True, b"x" * 10), ack(2 * ms + rtt, False)]
+    back = t + silence
+    first, second = (back, back + 5 * ms) if resume_with_retransmission else (back + 5 * ms, back)
+    a += [data(first, True, seq=1), ack(first + rtt, False, ack=101)] + fin_close(first + 2 * rtt)
+    b += [data(second, True, b"x" * 10, seq=11), ack(second + rtt, False)] + fin_close(second + 2 * rtt)
+    return merged_pcaps(tcp_conversation(a), tcp_conversation(b, client=("10.0.0.3", 40001),
+                                                               **({"server": b_server} if b_server else {})))

@@ -16,6 +16,7 @@ from detectors.base import FINDINGS_SCHEMA
 from fakes import FakeCapture
 from shared_captures import shared_capture
 from synthetic import synthetic_detect, synthetic_labels
+from tcp_scenarios import gap_capture
 from tshark_ref import corpus_files
 
 US, MS, S = 1_000, 1_000_000, 1_000_000_000
@@ -497,34 +498,6 @@ def test_200ms_timer_on_a_fast_path_versus_a_wan(read_capture):
 
 
 # -- a silence of the whole capture -----------------------------------------------------------------
-
-def merged(*pcaps: bytes) -> bytes:
-    """One pcap of the records of several (same header), in time order."""
-    import struct
-
-    records = []
-    for b in pcaps:
-        off = 24
-        while off < len(b):
-            sec, frac, incl, _ = struct.unpack_from("<IIII", b, off)
-            records.append(((sec, frac), b[off:off + 16 + incl]))
-            off += 16 + incl
-    records.sort(key=lambda r: r[0])
-    return pcaps[0][:24] + b"".join(r for _, r in records)
-
-
-def gap_capture(resume_with_retransmission, silence=60 * S, rtt=400 * US):
-    """Connection A loses its last segment's ACK... A sends data at 10 ms, then the whole capture is
-    silent for ``silence``; connection B resumes first with new data (or A's retransmission comes first)."""
-    t = 10 * MS
-    a = handshake(0, rtt=rtt) + [data(t, True)]
-    b = handshake(1 * MS, rtt=rtt) + [data(2 * MS, True, 10), ack(2 * MS + rtt, False)]
-    back = t + silence
-    first, second = (back, back + 5 * MS) if resume_with_retransmission else (back + 5 * MS, back)
-    a += [data(first, True, seq=1), ack(first + rtt, False, ack=101)] + fin_close(first + 2 * rtt, rtt)
-    b += [data(second, True, 10, seq=11), ack(second + rtt, False)] + fin_close(second + 2 * rtt, rtt)
-    return merged(tcp_conversation(a), tcp_conversation(b, client=("10.0.0.3", 40001)))
-
 
 def test_stall_across_a_clean_capture_gap_cannot_be_judged(read_capture):
     cap = read_capture(gap_capture(resume_with_retransmission=False))

@@ -9,6 +9,7 @@ import struct
 import polars as pl
 
 import rpc_builders as b
+from builders import merged_pcaps
 from rpc_builders import CLIENT, SERVER, call, record, reply, tcp_capture, udp_capture
 
 FH_FILE = b"file-handle-00003"
@@ -16,18 +17,6 @@ DELEG_SID = b.stateid(1, b"deleg-state1")
 OPEN_SID = b.stateid(1, b"open-state12")
 CB_PROG = 0x40000000
 CB_PORT = 40123
-
-
-def merged(*captures: bytes) -> bytes:
-    """One pcap holding the records of several (same link type, ns), in time order."""
-    header, records = captures[0][:24], []
-    for data in captures:
-        pos = 24
-        while pos + 16 <= len(data):
-            sec, frac, incl, _ = struct.unpack("<IIII", data[pos:pos + 16])
-            records.append((sec, frac, len(records), data[pos:pos + 16 + incl]))
-            pos += 16 + incl
-    return header + b"".join(r[3] for r in sorted(records))
 
 
 def shifted(data: bytes, by_ns: int) -> bytes:
@@ -62,7 +51,7 @@ def callback(server=SERVER[0], client=CLIENT[0], port=CB_PORT, payload=None) -> 
 
 
 def test_callback_channel_on_a_learned_port(read_capture):
-    cap = read_capture(merged(fore_channel(), callback()))
+    cap = read_capture(merged_pcaps(fore_channel(), callback()))
     m = cap.frame("nfs_messages")
     cb = m.filter(pl.col("xid") == 77)
     assert cb["operation"].to_list() == ["CB_RECALL", "CB_RECALL"]
@@ -76,7 +65,7 @@ def test_callback_channel_on_a_learned_port(read_capture):
 
 
 def test_other_bytes_between_the_same_hosts_are_not_rpc(read_capture):
-    cap = read_capture(merged(fore_channel(), callback(payload=b"SSH-2.0-OpenSSH_9.2p1 Debian\r\n" * 2)))
+    cap = read_capture(merged_pcaps(fore_channel(), callback(payload=b"SSH-2.0-OpenSSH_9.2p1 Debian\r\n" * 2)))
     m = cap.frame("nfs_messages")
     assert m.filter(pl.col("dport") == CB_PORT).height == 0
     assert m.filter(pl.col("sport") == CB_PORT).height == 0
@@ -84,7 +73,7 @@ def test_other_bytes_between_the_same_hosts_are_not_rpc(read_capture):
 
 
 def test_rpc_between_hosts_that_never_spoke_nfs_is_left_alone(read_capture):
-    cap = read_capture(merged(fore_channel(), callback(server="10.9.9.9", client="10.9.9.8")))
+    cap = read_capture(merged_pcaps(fore_channel(), callback(server="10.9.9.9", client="10.9.9.8")))
     m = cap.frame("nfs_messages")
     assert set(m["xid"].to_list()) == {10}
 
@@ -108,10 +97,10 @@ def test_nlm_over_udp_on_a_portmapper_port(read_capture):
                               client=("10.0.0.1", 872), server=("10.0.0.2", 40777)), 5_000_000)
     stray = shifted(udp_capture([(True, b"\x00" * 40), (False, b"\x00" * 40)],
                                 client=("10.0.0.1", 873), server=("10.0.0.2", 40778)), 9_000_000)
-    m = read_capture(merged(nfs, nlm, stray)).frame("nfs_messages")
+    m = read_capture(merged_pcaps(nfs, nlm, stray)).frame("nfs_messages")
     assert m.filter(pl.col("xid") == 6)["operation"].to_list() == ["NLM LOCK", "NLM LOCK"]
     assert m.filter(pl.col("xid") == 6)["status"].to_list()[1] == "NLM4_DENIED"
     assert 40778 not in m["dport"].to_list() + m["sport"].to_list()
-    tx = read_capture(merged(nfs, nlm), name="t2.pcap").frame("nfs_transactions")
+    tx = read_capture(merged_pcaps(nfs, nlm), name="t2.pcap").frame("nfs_transactions")
     # the flows are numbered over one UDP pass: the NFS NULL and the NLM LOCK are two transactions
     assert sorted(tx["operation"].to_list()) == ["NLM LOCK", "NULL"]

@@ -32,6 +32,7 @@ from analyzer.partitions import (CONNECTION_FRAMES, ORDINALS, FrameSet, balanced
 from analyzer.decoders.smb2 import break_frame
 from analyzer.decoders.smb2_breaks import MESSAGE_COLUMNS as BREAK_MESSAGE_COLUMNS
 from rocev2_captures import rocev2_capture
+from tcp_scenarios import gap_capture
 
 ROOT = Path(__file__).parent.parent
 SAMPLES = ROOT / "samples"
@@ -120,6 +121,32 @@ def test_partition_detectors_find_on_the_partitions_what_they_find_on_the_whole(
         # shorter silence after which traffic resumed cleanly (cannot judge)
         kind = {500_000_000: "rto", 50_000_000: "capture_gap"}[overrides["tcp_stall.capture_gap_ns"]]
         assert kind in whole.filter(pl.col("detector") == "tcp_stall")["kind"].to_list()
+
+
+@pytest.mark.parametrize("retransmission_first", [False, True])
+def test_what_the_whole_capture_resumed_with_after_a_silence_is_decided_alike_on_the_partitions(
+        retransmission_first, tmp_path):
+    """A stall that holds a silence of the whole capture is the capture's ("cannot judge") when the
+    capture's first data after the silence is no retransmission. With that first data another server's,
+    in another partition, the stalled connection's own partition sees its retransmission first: each
+    partition judged by its own segments called the capture's silence a critical RTO."""
+    path = tmp_path / "gap.pcap"
+    path.write_bytes(gap_capture(retransmission_first, b_server=("10.0.0.4", 445)))
+    with open_capture(path) as cap:
+        whole = detectors.run(cap, only=["tcp_stall"])
+        ids = partition_ids(cap, 2)
+        servers = cap.packets.select(pl.col("dst").cast(pl.String), pl.Series("part", ids)).filter(
+            pl.col("dst").is_in(["10.0.0.2", "10.0.0.4"])).unique()
+    assert servers["part"].n_unique() == 2  # the two servers are in partitions of their own
+    assert whole.select("kind", pl.col("severity").cast(pl.String)).rows() == \
+        [("rto", "critical") if retransmission_first else ("capture_gap", "informational")]
+    found: dict[str, list[pl.DataFrame]] = {}
+    for cap in _parts(path, 2, detectors.shortest_silence_ns(detectors.configure(["tcp_stall"], None))):
+        for det, frame in detectors.detect_partition(cap, cap.whole_times, ["tcp_stall"]).items():
+            found.setdefault(det, []).append(frame)
+    with open_capture(path) as cap:
+        merged = detectors.run(cap, only=["tcp_stall"], found_elsewhere={d: pl.concat(f) for d, f in found.items()})
+    assert merged.to_dicts() == whole.to_dicts()
 
 
 def test_a_scan_terminated_in_its_partitions_leaves_nothing_in_the_temporary_directory(synthetic_capture, tmp_path):

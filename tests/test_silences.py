@@ -1,7 +1,7 @@
 """The packet times a server partition keeps of the whole capture (``analyzer.kernels.silences``) have the
 span and the long silences of every packet's times, with the same packets either side (issue 13).
 
-The oracle is what ``tcp_stall``'s ``capture_gaps`` computes of ``packets``: a stable sort by time, and
+The oracle is what ``tcp_stall``'s ``capture_silences`` computes of ``packets``: a stable sort by time, and
 each packet whose predecessor is ``gap_ns`` or more before it.
 """
 from __future__ import annotations
