@@ -273,9 +273,7 @@ def ldap_events(tx: pl.DataFrame | None, msgs: pl.DataFrame | None, params) -> p
             ent = msgs.lazy().filter(pl.col("op").cast(pl.String) == "searchResEntry").select(
                 pl.col("transport").cast(pl.String).alias("_t"), "flow", "message_id",
                 pl.col("ts_last_ns").alias("_ets"), pl.col("dn").alias("_edn")).collect().drop_nulls("_edn")
-            hit = searches.join(ent, on=["_t", "flow", "message_id"], how="inner").filter(
-                (pl.col("_ets") >= pl.col("ts")) & (pl.col("_ets") <= pl.col("resp_ts").fill_null(pl.col("_ets")))) \
-                .select("_r", "_ets", "_edn")
+            hit = entries_in_windows(searches, ent, ["_t", "flow", "message_id"])
             hit = hit.with_columns(via_unique(pl.col("_edn"), hit, "_edn", dn_key(pl.col("_edn")), pl.String)
                                    .alias("key"))
             hit = hit.join(parts[0].select("_r", "key"), on=["_r", "key"], how="anti") \
@@ -286,6 +284,35 @@ def ldap_events(tx: pl.DataFrame | None, msgs: pl.DataFrame | None, params) -> p
                 pl.lit(SUB_SEARCH_ENTRY, pl.Int64).alias("sub"), pl.col("_rmask").alias("rmask")))
     out = pl.concat([p.select(list(EVENT_SCHEMA)).cast(EVENT_SCHEMA) for p in parts])
     return out
+
+
+# no end: a search whose response was not captured takes every later entry of its message id
+_NO_END_NS = (1 << 63) - 1
+
+
+def entries_in_windows(searches: pl.DataFrame, entries: pl.DataFrame, on: list[str]) -> pl.DataFrame:
+    """(``_r``, ``_ets``, ``_edn``): each entry of ``entries`` (``on`` keys, time ``_ets``, DN ``_edn``)
+    with each search of ``searches`` (``_r``, ``on`` keys, ``ts``, ``resp_ts``: null for no end) of the
+    same keys whose window holds it (ts <= _ets <= resp_ts). What an inner join on the keys filtered
+    by time gives, without the pairs of every search and entry of the same keys first: a client that
+    reuses one message id on a long connection made n searches x (n x entries) of them. Each search's
+    entries are a run of the entries sorted by keys and time, found by two as-of joins, so the rows
+    are those of the answer only."""
+    ent = entries.drop_nulls([*on, "_ets"]).with_columns(pl.col("_ets").cast(pl.Int64)) \
+        .sort(*on, "_ets").with_row_index("_i")
+    s = searches.drop_nulls([*on, "ts"]).select(
+        "_r", *on, pl.col("ts").cast(pl.Int64), pl.col("resp_ts").cast(pl.Int64).fill_null(_NO_END_NS).alias("_end"))
+    if ent.height == 0 or s.height == 0:
+        return pl.DataFrame(schema={"_r": searches.schema["_r"], "_ets": pl.Int64, "_edn": entries.schema["_edn"]})
+    runs = ent.select(*on, "_ets", "_i")
+    # within each key (the as-of joins' ``by``) the entries are sorted by time: what they need
+    first = s.sort("ts").join_asof(runs, left_on="ts", right_on="_ets", by=on, strategy="forward",
+                                   check_sortedness=False).select("_r", pl.col("_i").alias("_lo"))
+    last = s.sort("_end").join_asof(runs, left_on="_end", right_on="_ets", by=on, strategy="backward",
+                                    check_sortedness=False).select("_r", pl.col("_i").alias("_hi"))
+    spans = first.join(last, on="_r").filter(pl.col("_lo") <= pl.col("_hi"))
+    rows = spans.select("_r", pl.int_ranges("_lo", pl.col("_hi") + 1, dtype=pl.UInt32).alias("_i")).explode("_i")
+    return rows.select("_r", ent["_ets"].gather(rows["_i"]), ent["_edn"].gather(rows["_i"]))
 
 
 def events(capture, params) -> pl.DataFrame:

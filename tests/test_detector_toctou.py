@@ -473,3 +473,57 @@ def test_other_clients_are_counted_up_to_max_counted_clients():
     assert n["clients"] == 2 and "by 1 client(s)" in n["explanation"]
     same = ["finding_id", "kind", "severity", "start_ns", "end_ns", "value", "threshold", "evidence_frames"]
     assert default.select(same).equals(wide.select(same)) and default.select(same).equals(narrow.select(same))
+
+
+# -- a search's entries, found by time within its message id --------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from detectors.toctou_events import entries_in_windows  # noqa: E402
+
+KEYS = ["_t", "flow", "message_id"]
+# (flow, message id, request time, response time or None): few of each, so ids repeat, and windows overlap
+SEARCHES = st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2), st.integers(0, 40),
+                              st.none() | st.integers(0, 40)), max_size=25)
+ENTRIES = st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2), st.integers(0, 40)), max_size=40)
+
+
+def _search_frame(rows) -> pl.DataFrame:
+    return pl.DataFrame({"_r": pl.Series(range(len(rows)), dtype=pl.UInt32), "_t": ["tcp"] * len(rows),
+                         "flow": [r[0] for r in rows], "message_id": [r[1] for r in rows],
+                         "ts": [r[2] for r in rows], "resp_ts": [r[3] for r in rows]},
+                        schema_overrides={"_t": pl.String, "flow": pl.Int64, "message_id": pl.Int64, "ts": pl.Int64,
+                                          "resp_ts": pl.Int64})
+
+
+def _entry_frame(rows) -> pl.DataFrame:
+    return pl.DataFrame({"_t": ["tcp"] * len(rows), "flow": [r[0] for r in rows], "message_id": [r[1] for r in rows],
+                         "_ets": [r[2] for r in rows], "_edn": [f"cn=e{k}" for k in range(len(rows))]},
+                        schema_overrides={"_t": pl.String, "flow": pl.Int64, "message_id": pl.Int64,
+                                          "_ets": pl.Int64, "_edn": pl.String})
+
+
+@settings(max_examples=300, deadline=None)
+@given(searches=SEARCHES, entries=ENTRIES)
+def test_a_searchs_entries_are_those_of_its_message_id_within_its_window(searches, entries):
+    """The rule is the inner join on the keys filtered by time (every search whose window holds the
+    entry, overlapping windows of one id included); the as-of runs give exactly its rows."""
+    s, e = _search_frame(searches), _entry_frame(entries)
+    want = s.join(e, on=KEYS, how="inner").filter(
+        (pl.col("_ets") >= pl.col("ts")) & (pl.col("_ets") <= pl.col("resp_ts").fill_null(pl.col("_ets"))))
+    got = entries_in_windows(s, e, KEYS)
+    assert sorted(got.rows()) == sorted(want.select("_r", "_ets", "_edn").rows())
+
+
+def test_a_message_id_reused_by_every_search_of_a_connection_pairs_each_entry_once():
+    """A client that numbers every search 1 on a long connection: 3,000 searches of 4 entries each,
+    one after the other. Joined on the keys first, that was 3,000 x 12,000 rows before the time filter
+    (36M); the answer, and the rows made, are 12,000."""
+    n, per = 3_000, 4
+    searches = [(0, 1, 10 * k, 10 * k + 9) for k in range(n)]
+    entries = [(0, 1, 10 * k + 1 + j) for k in range(n) for j in range(per)]
+    got = entries_in_windows(_search_frame(searches), _entry_frame(entries), KEYS)
+    assert got.height == n * per
+    assert got.group_by("_r").len()["len"].unique().to_list() == [per]
+    assert (got["_ets"] // 10 == got["_r"].cast(pl.Int64)).all()  # each entry with its own search
