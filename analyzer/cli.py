@@ -30,10 +30,11 @@ from .errors import ClusterFailure, ExitCode, HerdscopeError, OutputError, Termi
 
 
 def exit_codes_help(*, findings: bool = False, writes: bool = False, reads: bool = True,
-                    usage: str = "") -> str:
-    """The exit codes a command can return, for its --help (only those); ``usage`` adds a case of 2."""
-    lines = ["\b", "Exit codes:",
-             "  0  success" + (" (no finding reached --fail-on)" if findings else "")]
+                    usage: str = "", success: str = "") -> str:
+    """The exit codes a command can return, for its --help (only those); ``usage`` adds a case of 2,
+    ``success`` says what 0 covers."""
+    note = " (no finding reached --fail-on)" if findings else f" ({success})" if success else ""
+    lines = ["\b", "Exit codes:", "  0  success" + note]
     if findings:
         lines.append("  1  findings at or above --fail-on")
     lines.append("  2  usage error (bad option, missing argument" + (", an output that cannot be written"
@@ -162,13 +163,7 @@ STATS_HELP = ("Service response times per protocol and operation (DNS, Kerberos,
               "two legs are kept apart in the leg column: client_to_resolver, resolver_to_upstream, or direct "
               "(a resolver is an address that answers DNS queries on port 53 and itself sends queries to "
               "another port-53 server in the capture).")
-STATS_EXIT_CODES = """\b
-Exit codes:
-  0  success (a capture without transactions too: a notice on standard error says so)
-  2  usage error (bad option, missing argument)
-  3  unreadable input (missing, a directory, not a pcap/pcapng, no packet readable)
-  4  internal error (a bug: please report it with the traceback)
-  141  standard output closed early (| head); 130 interrupted; 143 terminated"""
+STATS_EXIT_CODES = exit_codes_help(success="a capture without transactions too: a notice on standard error says so")
 
 
 class _StatsCommand(click.Command):
