@@ -464,7 +464,7 @@ def partial(capture, params: Params = Params()) -> dict[str, pl.DataFrame]:
         resumes.append(resume)
     del seg
     silences = ep.capture_silences(capture, p)
-    parts["resumes"] = ep.first_resumes(silences, pl.concat(resumes))
+    parts["resumes"] = ep.first_resumes(silences, resumes)
     found = [x for part in kinds for x in part if x.height]
     if not found:
         return parts

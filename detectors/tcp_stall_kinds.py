@@ -279,14 +279,14 @@ def capture_silences(capture, p) -> pl.DataFrame:
     return gaps.cast(SILENCE_SCHEMA) if gaps.height else empty
 
 
-def first_resumes(silences: pl.DataFrame, resume: pl.DataFrame) -> pl.DataFrame:
-    """Each of ``silences`` with the first of ``resume`` (:func:`resume_rows`: data-bearing segments as
-    (r_ts, r_retx)) at or after its end; of segments at the same time, one that is not a
+def first_resumes(silences: pl.DataFrame, resumes: list[pl.DataFrame]) -> pl.DataFrame:
+    """Each of ``silences`` with the first of ``resumes`` (:func:`resume_rows` of each batch: data-bearing
+    segments as (r_ts, r_retx)) at or after its end; of segments at the same time, one that is not a
     retransmission. On a server partition these are its own segments' (:data:`RESUME_SCHEMA`);
     :func:`clean_gaps` takes the first over every partition's."""
-    if silences.height == 0:
+    if silences.height == 0:  # nothing to resume from: the segments' rows are not gathered
         return pl.DataFrame(schema=RESUME_SCHEMA)
-    resume = resume.select(pl.col("r_ts").cast(pl.Int64), "r_retx").sort("r_ts", "r_retx")
+    resume = pl.concat(resumes).select(pl.col("r_ts").cast(pl.Int64), "r_retx").sort("r_ts", "r_retx")
     return silences.sort("g1").join_asof(resume, left_on="g1", right_on="r_ts", strategy="forward") \
         .cast(RESUME_SCHEMA)
 
@@ -307,10 +307,16 @@ def holding_a_silence(eps: pl.DataFrame, silences: pl.DataFrame) -> pl.Series:
     ones whose findings depend on what the whole capture resumed with."""
     if silences.height == 0 or eps.height == 0:
         return pl.Series("conn", [], eps.schema.get("conn", pl.UInt32))
-    # silences do not overlap: the first starting at or after an episode's start ends first
-    hit = eps.select("conn", pl.col("start_ns").cast(pl.Int64), pl.col("end_ns").cast(pl.Int64)) \
-        .sort("start_ns").join_asof(silences.sort("g0"), left_on="start_ns", right_on="g0", strategy="forward")
-    return hit.filter(pl.col("g1") <= pl.col("end_ns"))["conn"].unique()
+    return _held(eps, "conn", silences)["conn"].unique()
+
+
+def _held(eps: pl.DataFrame, key: str, silences: pl.DataFrame) -> pl.DataFrame:
+    """(``key``, start_ns, end_ns and the silence's columns) of each episode of ``eps`` whose interval
+    holds one of ``silences``, with the first it holds. Silences do not overlap: of those starting at
+    or after an episode's start the first ends first, so an episode holds one when it holds that one."""
+    return eps.select(key, pl.col("start_ns").cast(pl.Int64), pl.col("end_ns").cast(pl.Int64)).sort("start_ns") \
+        .join_asof(silences.sort("g0"), left_on="start_ns", right_on="g0", strategy="forward") \
+        .filter(pl.col("g1") <= pl.col("end_ns"))
 
 
 def relabel_capture_gaps(eps: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFrame:
@@ -321,9 +327,7 @@ def relabel_capture_gaps(eps: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFrame:
     if gaps.height == 0 or eps.height == 0:
         return eps
     eps = eps.with_row_index("_e").sort("start_ns")
-    hit = eps.select("_e", pl.col("start_ns").cast(pl.Int64), pl.col("end_ns").cast(pl.Int64)).join_asof(
-        gaps.sort("g0"), left_on="start_ns", right_on="g0", strategy="forward").filter(
-        pl.col("g1") <= pl.col("end_ns")).select(
+    hit = _held(eps, "_e", gaps).select(
         "_e", (pl.col("g1") - pl.col("g0")).alias("_gap"),
         pl.concat_list(pl.col("g0_frame").cast(pl.UInt32), pl.col("g1_frame").cast(pl.UInt32)).alias("_gf"))
     eps = eps.join(hit, on="_e", how="left").with_columns(

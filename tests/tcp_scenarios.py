@@ -52,22 +52,23 @@ def stale_ack_rst_steps():
     ]
 
 
+def fin_close(t, rtt):
+    """The client's FIN at ``t``, the server's FIN half an RTT later and the client's last ACK."""
+    return [{"t": t, "from_client": True, "flags": 0x11}, {"t": t + rtt // 2, "from_client": False, "flags": 0x11},
+            ack(t + rtt, True)]
+
+
 def gap_capture(resume_with_retransmission: bool, silence=60 * 10**9, rtt=400 * US, b_server=None) -> bytes:
     """Two connections (to the same server, or B's to ``b_server``, an (address, port)): A sends data
     at 10 ms whose ACK is lost, then the whole capture is silent for ``silence``; after it B resumes
     first with new data (or A's retransmission comes first), and both close."""
     ms = 1_000_000
     t = 10 * ms
-
-    def fin_close(at):
-        return [{"t": at, "from_client": True, "flags": 0x11}, {"t": at + rtt // 2, "from_client": False, "flags": 0x11},
-                ack(at + rtt, True)]
-
     a = handshake(0, rtt=rtt) + [data(t, True)]
     b = handshake(1 * ms, rtt=rtt) + [data(2 * ms, True, b"x" * 10), ack(2 * ms + rtt, False)]
     back = t + silence
     first, second = (back, back + 5 * ms) if resume_with_retransmission else (back + 5 * ms, back)
-    a += [data(first, True, seq=1), ack(first + rtt, False, ack=101)] + fin_close(first + 2 * rtt)
-    b += [data(second, True, b"x" * 10, seq=11), ack(second + rtt, False)] + fin_close(second + 2 * rtt)
+    a += [data(first, True, seq=1), ack(first + rtt, False, ack=101)] + fin_close(first + 2 * rtt, rtt)
+    b += [data(second, True, b"x" * 10, seq=11), ack(second + rtt, False)] + fin_close(second + 2 * rtt, rtt)
     return merged_pcaps(tcp_conversation(a), tcp_conversation(b, client=("10.0.0.3", 40001),
                                                                **({"server": b_server} if b_server else {})))

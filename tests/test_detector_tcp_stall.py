@@ -16,7 +16,7 @@ from detectors.base import FINDINGS_SCHEMA
 from fakes import FakeCapture
 from shared_captures import shared_capture
 from synthetic import synthetic_detect, synthetic_labels
-from tcp_scenarios import gap_capture
+from tcp_scenarios import fin_close, gap_capture
 from tshark_ref import corpus_files
 
 US, MS, S = 1_000, 1_000_000, 1_000_000_000
@@ -39,11 +39,6 @@ def data(t, from_client, n=100, **kw):
 
 def ack(t, from_client, **kw):
     return {"t": t, "from_client": from_client, "flags": 0x10, **kw}
-
-
-def fin_close(t, rtt):
-    return [{"t": t, "from_client": True, "flags": 0x11}, {"t": t + rtt // 2, "from_client": False, "flags": 0x11},
-            ack(t + rtt, True)]
 
 
 def detect(cap, **params):
