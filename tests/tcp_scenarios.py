@@ -3,7 +3,7 @@ modules check: tests/test_tcp_analysis.py against the expected analysis, tests/t
 against tshark."""
 from __future__ import annotations
 
-from builders import (ack_step as ack, data_step as data, handshake, merged_pcaps, opt_sack, opt_sack_perm,
+from builders import (SERVER, ack_step as ack, data_step as data, handshake, merged_pcaps, opt_sack, opt_sack_perm,
                       tcp_conversation)
 
 US = 1_000  # ns
@@ -70,5 +70,4 @@ def gap_capture(resume_with_retransmission: bool, silence=60 * 10**9, rtt=400 * 
     first, second = (back, back + 5 * ms) if resume_with_retransmission else (back + 5 * ms, back)
     a += [data(first, True, seq=1), ack(first + rtt, False, ack=101)] + fin_close(first + 2 * rtt, rtt)
     b += [data(second, True, b"x" * 10, seq=11), ack(second + rtt, False)] + fin_close(second + 2 * rtt, rtt)
-    return merged_pcaps(tcp_conversation(a), tcp_conversation(b, client=("10.0.0.3", 40001),
-                                                               **({"server": b_server} if b_server else {})))
+    return merged_pcaps(tcp_conversation(a), tcp_conversation(b, client=("10.0.0.3", 40001), server=b_server or SERVER))

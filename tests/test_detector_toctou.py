@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from analyzer.decoders import ldap
 from analyzer.messages import TRANSPORTS
@@ -16,6 +18,7 @@ from analyzer.decoders.smb2_pairing import TRANSACTION_COLUMNS as SMB_TX
 from analyzer.schema import polars_type
 from detectors import toctou as tt
 from detectors.base import FINDINGS_SCHEMA
+from detectors.toctou_events import entries_in_windows
 from fakes import FakeCapture
 from synthetic import synthetic_detect, synthetic_labels
 
@@ -476,11 +479,6 @@ def test_other_clients_are_counted_up_to_max_counted_clients():
 
 
 # -- a search's entries, found by time within its message id --------------------------------------
-
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from detectors.toctou_events import entries_in_windows  # noqa: E402
 
 KEYS = ["_t", "flow", "message_id"]
 # (flow, message id, request time, response time or None): few of each, so ids repeat, and windows overlap
