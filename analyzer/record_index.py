@@ -15,7 +15,9 @@ temporary directory, one file per column. A partition then reads its own records
 its packets' pages are read (of a file larger than the page cache, its records are first copied
 together into a file of their own, ``analyzer.packed_part``). The whole file's timed records (frame,
 ts_ns), which its silences need, come from the index's ``ts_ns`` column read a slice at a time
-(:meth:`RecordIndex.times`).
+(:meth:`RecordIndex.times`); thinned to a silence, they are the same for every partition, so the
+partitions read in one process work them out once (at 100M packets, ~1 s a partition of reading 800 MB
+of ``ts_ns``, 31 partitions).
 
 The index describes the file as the caller read it: a partition checks that its rows lie within the
 file it maps (a file cut short since says so, ``IndexMismatch``) but not that the bytes are the same.
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import hashlib
 import os
 import shutil
 import tempfile
@@ -67,6 +70,8 @@ class RecordIndex:
     iface_linktypes: tuple[int, ...]
     file_linktype: int
     report: object
+    # (silence_ns, digest of timed) -> times' thinned answer, for the next partition read in this process
+    _thinned: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def _column(self, name: str) -> np.ndarray:
         dtype = _dtypes()[name]
@@ -96,7 +101,17 @@ class RecordIndex:
     def times(self, timed: np.ndarray | None, silence_ns: int | None) -> pl.DataFrame:
         """(frame, ts_ns) of the records ``timed`` marks (a boolean per record; None: every one),
         thinned to their span and silences of ``silence_ns`` (``analyzer.kernels.silences``), as
-        the walk of a part finds them: a slice of the ts_ns column at a time."""
+        the walk of a part finds them: a slice of the ts_ns column at a time. Thinned to a silence (not
+        None), the answer is kept for the next part that asks with the same ``timed`` (module doc)."""
+        if silence_ns is None:
+            return self._times(timed, silence_ns)
+        key = (silence_ns, None if timed is None else hashlib.blake2b(
+            np.ascontiguousarray(timed, np.bool_).data, digest_size=16).digest())
+        if key not in self._thinned:
+            self._thinned[key] = self._times(timed, silence_ns)
+        return self._thinned[key]
+
+    def _times(self, timed: np.ndarray | None, silence_ns: int | None) -> pl.DataFrame:
         ts = self._column("ts_ns")
         pieces = []
         for lo in range(0, self.records, TIMES_SLICE_RECORDS):

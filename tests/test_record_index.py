@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from analyzer import record_index
-from analyzer.capture import open_captures
+from analyzer.capture import UNSELECTED, open_captures
 from analyzer.errors import UnreadableCapture
 from analyzer.partitions import CallerChunks, partition_ids, read_part
 from analyzer.record_index import IndexMismatch
@@ -85,6 +85,28 @@ def test_a_part_read_from_the_index_is_the_part_a_walk_reads(name, chunk_records
                     _assert_same_part(fast, walked)
         assert os.path.isdir(index.directory)
     assert not os.path.exists(index.directory)  # closing the capture deletes it
+
+
+def test_the_parts_of_one_reading_work_out_the_thinned_times_once(monkeypatch):
+    """Thinned to a silence, the whole file's times are the same for every part of a reading: the index
+    works them out for the first part that asks and hands the next the same answer (at 100M packets,
+    each part read 800 MB of ts_ns for them); asked for other records, or every time (not thinned, 12
+    bytes a record), it works them out again. The parts' times are a walk's (the test above)."""
+    cap, chunks = _reading(SAMPLES / "tcp-incast.pcap", 1 << 20, indexed=True)
+    with cap:
+        index, ids = chunks.record_index, partition_ids(cap, 3)
+        timed, thinnings = ids != UNSELECTED, []
+        thinned_times = record_index.thinned_times
+        monkeypatch.setattr(record_index, "thinned_times", lambda *a: thinnings.append(1) or thinned_times(*a))
+        first = index.times(timed, 200_000_000)
+        worked = len(thinnings)
+        assert worked and index.times(timed.copy(), 200_000_000).equals(first) and len(thinnings) == worked
+        fewer = timed.copy()
+        fewer[fewer.nonzero()[0][-1]] = False
+        assert index.times(fewer, 200_000_000).height and len(thinnings) == 2 * worked
+        index.times(timed, None)
+        index.times(timed, None)
+        assert len(thinnings) == 4 * worked
 
 
 def test_the_damaged_file_is_read_as_the_walk_read_it(tmp_path):
