@@ -36,7 +36,6 @@ ones a pass with ~13 GB free beside the capture, up to 8 small ones).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import shutil
 from typing import Callable, Hashable, Iterator
@@ -45,7 +44,7 @@ import numpy as np
 
 from . import mapped_frames
 from .jit import njit
-from .record_index import IndexMismatch, RecordIndex
+from .record_index import IndexMismatch, RecordIndex, records_digest
 from .source import CaptureBytes, map_file
 
 # a part is packed when its file is larger than this fraction of the machine's physical memory (module doc)
@@ -135,7 +134,8 @@ def packed(data: CaptureBytes, index: RecordIndex, frames: np.ndarray, key: Hash
             return None
         made = copies[0]
         for (key_ahead, frames_ahead, _), mapping in zip(ahead, copies[1:]):
-            _ahead[key_ahead] = ((data.path, len(data.buf)), _digest(frames_ahead), mapping)
+            digest = records_digest(np.asarray(frames_ahead, np.uint32))
+            _ahead[key_ahead] = ((data.path, len(data.buf)), digest, mapping)
     offsets = np.empty(frames.shape[0], np.int64)
     offsets[0] = head
     np.cumsum(own[1][:-1], out=offsets[1:])
@@ -148,14 +148,12 @@ def forget_ahead() -> None:
     _ahead.clear()
 
 
-def _digest(frames: np.ndarray) -> bytes:
-    return hashlib.blake2b(np.ascontiguousarray(frames, np.uint32).data, digest_size=16).digest()
-
-
 def _made_ahead(data: CaptureBytes, key: Hashable | None, frames: np.ndarray):
     """The mapping of this part's copy if a pass made it ahead (the same file and frames), else None."""
     entry = _ahead.pop(key, None) if key is not None else None
-    if entry is None or entry[0] != (data.path, len(data.buf)) or entry[1] != _digest(frames):
+    if entry is None or entry[0] != (data.path, len(data.buf)):
+        return None
+    if entry[1] != records_digest(np.asarray(frames, np.uint32)):
         return None
     return entry[2]
 

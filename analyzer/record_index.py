@@ -105,8 +105,7 @@ class RecordIndex:
         None), the answer is kept for the next part that asks with the same ``timed`` (module doc)."""
         if silence_ns is None:
             return self._times(timed, silence_ns)
-        key = (silence_ns, None if timed is None else hashlib.blake2b(
-            np.ascontiguousarray(timed, np.bool_).data, digest_size=16).digest())
+        key = (silence_ns, None if timed is None else records_digest(np.asarray(timed, np.bool_)))
         if key not in self._thinned:
             self._thinned[key] = self._times(timed, silence_ns)
         return self._thinned[key]
@@ -137,6 +136,12 @@ class RecordIndex:
     def remove(self) -> None:
         """Delete the index's files."""
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def records_digest(records: np.ndarray) -> bytes:
+    """A digest of which records an array names (frame numbers, or a boolean per record): its bytes'
+    blake2b, 16 bytes. Equal for equal arrays of one dtype."""
+    return hashlib.blake2b(np.ascontiguousarray(records).data, digest_size=16).digest()
 
 
 def _dtypes() -> dict[str, np.dtype]:
@@ -207,4 +212,4 @@ class RecordIndexWriter:
             self._give_up("abandoned")
 
 
-__all__ = ["RecordIndex", "RecordIndexWriter", "IndexMismatch", "TIMES_SLICE_RECORDS"]
+__all__ = ["RecordIndex", "RecordIndexWriter", "IndexMismatch", "TIMES_SLICE_RECORDS", "records_digest"]
