@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
+import threading
 from typing import Callable
 
 import numpy as np
@@ -71,6 +72,10 @@ class Capture:
             "icmp_errors": tables.icmp_errors, "interfaces": tables.interfaces,
         }
         self._memo: dict[str, object] = {}  # intermediate tables shared by builders (not frames)
+        # what builds a frame or memo holds its key's lock meanwhile, so that steps run at once
+        # (analyzer.threads) asking for the same one build it once ("frame:NAME" / "memo:KEY" -> lock)
+        self._building: dict[str, threading.RLock] = {}
+        self._building_lock = threading.Lock()  # held while a key's lock is looked up or made
         self._narrowed: tuple[str, ...] | None = None  # the packet columns narrow_packets kept
         self._released = False  # release() narrowed packets: nothing more can be built
         # read with only these packet columns (read_tables(columns=)): nothing can be built either
@@ -136,8 +141,21 @@ class Capture:
     def section_info(self) -> dict[str, str]:
         return self._tables.section_info
 
+    def _lock_of(self, key: str) -> threading.RLock:
+        """The lock held while the frame or memo ``key`` is built (made on first use)."""
+        with self._building_lock:
+            return self._building.setdefault(key, threading.RLock())
+
     def frame(self, name: str) -> pl.DataFrame:
-        """A named frame, built on first request."""
+        """A named frame, built on first request (once, when threads ask for it at once)."""
+        built = self._frames.get(name)
+        if built is not None:
+            return built
+        with self._lock_of(f"frame:{name}"):
+            return self._build(name)
+
+    def _build(self, name: str) -> pl.DataFrame:
+        """:meth:`frame`'s work, its lock held."""
         if name not in self._frames:
             if self._released:
                 raise RuntimeError(f"frame {name!r} asked for after Capture.release() freed what builds it")
@@ -166,10 +184,14 @@ class Capture:
 
     def memo(self, key: str, build: Callable[[], object]):
         """An intermediate result built once per capture (e.g. the TCP payload segments every framing
-        starts from); not a frame, so export and frame_names() do not see it."""
-        if key not in self._memo:
-            self._memo[key] = build()
-        return self._memo[key]
+        starts from); not a frame, so export and frame_names() do not see it. Built once when threads
+        ask for it at once."""
+        if key in self._memo:
+            return self._memo[key]
+        with self._lock_of(f"memo:{key}"):
+            if key not in self._memo:
+                self._memo[key] = build()
+            return self._memo[key]
 
     def set_frame(self, name: str, frame: pl.DataFrame) -> None:
         self._frames[name] = frame

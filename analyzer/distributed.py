@@ -40,6 +40,7 @@ from .errors import ClusterFailure
 from .kernels.silences import KEEP_EVERY_TIME, SPAN_ONLY_NS
 from .mapped_frames import mapped, mapped_array
 from .memory import POLARS_ALLOCATOR_ENV, worker_allocator_conf
+from .threads import THREADS_ENV
 from .packed_part import forget_ahead
 from .packet_readers import build_packet_readers, narrow_after_readers
 from .partitions import (MERGE_KEY_COLUMNS, TASK_KEPT_PACKET_COLUMNS, CallerChunks, FrameSet, client_buckets,
@@ -59,9 +60,9 @@ PARTITIONS_PER_THREAD = 2
 # spilled frames from 1.27 to 0.33 GB for 0.4 s more writing (the scan 29.8 s against 30.3-33.1 s, the
 # same peak); at 100M the uncompressed ones did not fit the 12 GB left beside the 63 GB capture
 SPILL_COMPRESSION = "lz4"
-# what a local worker's own thread pools are held to: one Dask thread, one core (and Polars' allocator
-# set as a command's for one core: worker_env)
-WORKER_ENV = {"POLARS_MAX_THREADS": "1", "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+# what a local worker's own thread pools are held to: one Dask thread, one core (Polars', Numba's, OpenMP's
+# and the steps' of analyzer.threads; and Polars' allocator set as a command's for one core: worker_env)
+WORKER_ENV = {"POLARS_MAX_THREADS": "1", "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", THREADS_ENV: "1"}
 
 
 def worker_env() -> dict[str, str]:

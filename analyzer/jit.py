@@ -25,6 +25,12 @@ Three steps of it are replaced here (issue 13: a process's fixed cost and the 1M
   (:func:`elf_defined_symbols`) and keeps the bitcode unparsed until a compilation links the
   library into new code (:func:`_module_for_linking`), which a run with a warm cache never does.
 
+Every kernel releases the GIL while it runs (:data:`KERNEL_OPTIONS`): a scan runs its decoders and its
+detectors on several threads (``analyzer.threads``). Numba's cache index does not hold the options
+a kernel was compiled with, so a cache written before they were set loads as it was (the GIL held)
+until the kernel's source changes or the cache is emptied (the ``__pycache__`` directories, or
+``NUMBA_CACHE_DIR``).
+
 Numba itself is imported when the first kernel's dispatcher is made (:func:`numba_module`), not when a
 module defining kernels is: a command that calls none (``herdscope detectors``, which imports every
 detector, and ``--help``) does not pay for it (~0.1 s). What a kernel's code names that needs Numba to
@@ -52,7 +58,7 @@ import struct
 import sys
 import threading
 
-__all__ = ["njit", "Kernel", "INSTALLED", "CHECKED_NUMBA", "elf_defined_symbols", "lazy_global", "numba_module"]
+__all__ = ["njit", "Kernel", "KERNEL_OPTIONS", "INSTALLED", "CHECKED_NUMBA", "elf_defined_symbols", "lazy_global", "numba_module"]
 
 # Numba itself is imported when the first kernel's dispatcher is made (numba_module), not with this
 # module: ~0.1 s that a command calling no kernel (``herdscope detectors``, ``--help``) does not pay
@@ -64,18 +70,22 @@ PLAIN_LOAD_ENV = "HERDSCOPE_NUMBA_LOAD"  # "plain": kernels load the way Numba l
 _CHECKED_FROM, _CHECKED_TO = (0, 68), (0, 68)
 CHECKED_NUMBA = f"{_CHECKED_FROM[0]}.{_CHECKED_FROM[1]} to {_CHECKED_TO[0]}.{_CHECKED_TO[1]}"
 _KERNEL_MARK = "_herdscope_kernel"  # set on the Python function of every kernel decorated here
+# what every kernel is compiled with unless its decorator says otherwise: it releases the GIL while it
+# runs, so the steps that analyzer.threads runs at once run their kernels at once (a kernel reads its
+# arguments and writes arrays it was given or made; none touches a Python object)
+KERNEL_OPTIONS = {"nogil": True}
 
 
 def njit(*args, **options):
-    """``numba.njit``, marking the function as one of herdscope's kernels (whose cached code loads
-    without the target's refresh, module doc), its dispatcher made on first use (:class:`Kernel`;
-    Numba imported then). Used as ``@njit`` or ``@njit(cache=True, ...)``."""
+    """``numba.njit`` with :data:`KERNEL_OPTIONS`, marking the function as one of herdscope's kernels
+    (whose cached code loads without the target's refresh, module doc), its dispatcher made on first
+    use (:class:`Kernel`; Numba imported then). Used as ``@njit`` or ``@njit(cache=True, ...)``."""
     if len(args) == 1 and callable(args[0]) and not options:
         setattr(args[0], _KERNEL_MARK, True)
-        return Kernel(args[0], lambda function: numba_module().njit(function))
+        return Kernel(args[0], lambda function: numba_module().njit(**KERNEL_OPTIONS)(function))
 
     def decorate(function):
-        return numba_module().njit(*args, **options)(function)
+        return numba_module().njit(*args, **{**KERNEL_OPTIONS, **options})(function)
 
     def mark_and_decorate(function):
         setattr(function, _KERNEL_MARK, True)

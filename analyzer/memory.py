@@ -30,6 +30,8 @@ import ctypes.util
 import os
 import sys
 
+from .threads import cpus as this_process_cpus
+
 # jemalloc's settings as Polars' build reads them (its symbols carry the prefix _rjem_)
 POLARS_ALLOCATOR_ENV = "_RJEM_MALLOC_CONF"
 # freed pages kept dirty this long before the background thread gives them back (Polars' own setting)
@@ -62,19 +64,11 @@ def return_freed_memory_promptly() -> bool:
 _users_conf: str | None = None  # the user's own setting, as configure_polars_allocator found it
 
 
-def _cpus() -> int:
-    """The CPUs this process may run on (its affinity, which a container's cpuset limits)."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def polars_allocator_conf(cpus: int | None = None) -> str:
     """The jemalloc settings this process gives Polars (module doc): one arena per CPU (``cpus``, by
     default this process's), freed pages given back after :data:`DIRTY_DECAY_MS` by the background
     thread, none kept half-returned."""
-    arenas = max(1, cpus or _cpus())
+    arenas = max(1, cpus or this_process_cpus())
     return f"narenas:{arenas},background_thread:true,dirty_decay_ms:{DIRTY_DECAY_MS},muzzy_decay_ms:0"
 
 

@@ -16,6 +16,7 @@ whose ``kind`` is not among its detector's ``KINDS`` is an error of that detecto
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import logging
 import math
@@ -30,6 +31,7 @@ from analyzer.capture import READER_FRAMES
 from analyzer.partitions import CONNECTION_FRAMES, decode_partition, merge_columns
 from analyzer.shards import SERVER_STATE_COLUMNS, SERVER_STATE_FRAMES, shard_frames
 from analyzer.progress import stage
+from analyzer.threads import run_each
 
 from .base import (FINDINGS_SCHEMA, PACKET_COLUMNS, SEVERITY_RANK, CaptureView, UndeclaredFrame,  # noqa: F401
                    empty_findings, rows_among, view)
@@ -248,8 +250,7 @@ def run(capture, only: list[str] | None = None, overrides: dict[str, object] | N
     detectors = available()
     configured = configure(only, overrides)
     found_elsewhere = finished(found_elsewhere or {}, capture, configured)
-    to_run = {n: p for n, p in configured.items() if n not in found_elsewhere}
-    last_reader = _last_readers(to_run, detectors) if release else {}
+    to_run = [n for n in configured if n not in found_elsewhere]
     if release:
         needed, readers, declared = _reads(configured, list(found_elsewhere))
         # what reads packets' other columns first (TCP analysis, the memos the decoders read), then
@@ -259,22 +260,29 @@ def run(capture, only: list[str] | None = None, overrides: dict[str, object] | N
         build_frames(capture, needed)
         capture.release(needed, PACKET_COLUMNS)
         narrow_to_declared(capture, readers, needed)
+
+    def detection(name: str):
+        def detect():
+            stage(f"detector {name}")
+            module = detectors[name]
+            try:
+                return _checked_kinds(module, module.detect(view(capture, module), configured[name]))
+            except Exception as exc:  # noqa: BLE001 - recorded for the caller that asked for it
+                if errors is None:
+                    raise
+                log.exception("detector %s", name)
+                return exc
+        return detect
+
+    done = _dropping_read_frames(capture, to_run) if release else None
+    found = dict(zip(to_run, run_each([detection(n) for n in to_run], done=done)))
     frames = []
-    for name, params in configured.items():
-        if name in found_elsewhere:
-            frames.append(found_elsewhere[name])
-            continue
-        stage(f"detector {name}")
-        module = detectors[name]
-        try:
-            frames.append(_checked_kinds(module, module.detect(view(capture, module), params)))
-        except Exception as exc:  # noqa: BLE001 - recorded for the caller that asked for it
-            if errors is None:
-                raise
-            log.exception("detector %s", name)
-            errors[name] = f"{type(exc).__name__}: {exc}"
-        if release:
-            capture.drop([f for f, last in last_reader.items() if last == name])
+    for name in configured:
+        result = found_elsewhere[name] if name in found_elsewhere else found[name]
+        if isinstance(result, Exception):
+            errors[name] = f"{type(result).__name__}: {result}"
+        else:
+            frames.append(result)
     frames = [f for f in frames if f.height]
     if not frames:
         return empty_findings()
@@ -312,19 +320,16 @@ def shortest_silence_ns(configured: dict[str, object]) -> int:
 
 
 def build_frames(capture, names) -> None:
-    """Build the frames ``names`` (a scan's, before ``Capture.release``): those a decoder makes from its
-    other frames alone (``Protocol.from_frames``) last, once the builders' memos are let go of
-    (``Capture.forget_memos``), so that they are not held while those are built (the TCP payload
-    segments: 80 MB of the SMB2 server's partition of the 10M synth capture while its breaks pair, the
-    partition's peak)."""
+    """Build the frames ``names`` (a scan's, before ``Capture.release``), several at once
+    (``analyzer.threads``): those a decoder makes from its other frames alone (``Protocol.from_frames``)
+    last, once the others are built and the builders' memos let go of (``Capture.forget_memos``), so
+    that they are not held while those are built (the TCP payload segments: 80 MB of the SMB2 server's
+    partition of the 10M synth capture while its breaks pair, the partition's peak)."""
     last = [n for n in names if (p := protocol_of_frame(n)) is not None and n in p.from_frames]
-    for name in names:
-        if name not in last:
-            capture.frame(name)
+    run_each([functools.partial(capture.frame, n) for n in names if n not in last])
     if last:
         capture.forget_memos()
-        for name in last:
-            capture.frame(name)
+        run_each([functools.partial(capture.frame, n) for n in last])
 
 
 def detect_partition(capture, whole_packets: pl.DataFrame, names: list[str],
@@ -360,17 +365,21 @@ def detect_frames(capture, names: list[str], overrides: dict[str, object] | None
     after the last of them that reads it (a partition's capture, which nothing reads afterwards)."""
     detectors = available()
     configured = configure(names, overrides)
-    last_reader = _last_readers(configured, detectors) if release else {}
+
+    def detection(name: str):
+        def detect() -> dict[str, pl.DataFrame]:
+            module, params = detectors[name], configured[name]
+            seen = view(capture, module)
+            if hasattr(module, "partial"):  # in two steps: its parts, finished where they meet (finished)
+                return {f"{name}{PART_SEPARATOR}{part}": frame for part, frame in module.partial(seen, params).items()}
+            return {name: _checked_kinds(module, module.detect(seen, params))}
+        return detect
+
+    order = list(configured)
+    done = _dropping_read_frames(capture, order) if release else None
     out: dict[str, pl.DataFrame] = {}
-    for name, params in configured.items():
-        module = detectors[name]
-        seen = view(capture, module)
-        if hasattr(module, "partial"):  # in two steps: its parts, finished where they meet (finished)
-            out.update({f"{name}{PART_SEPARATOR}{part}": frame for part, frame in module.partial(seen, params).items()})
-        else:
-            out[name] = _checked_kinds(module, module.detect(seen, params))
-        if release:
-            capture.drop([f for f, last in last_reader.items() if last == name])
+    for found in run_each([detection(n) for n in order], done=done):
+        out.update(found)
     return out
 
 
@@ -435,16 +444,24 @@ def narrow_to_declared(capture, readers: list, frames) -> None:
         capture.narrow_frame(frame, wanted)
 
 
-def _last_readers(configured: dict[str, object], detectors: dict) -> dict[str, str]:
-    """frame -> the last detector (in run order) that reads it; the frames the population step reads
-    are kept to the end (not listed)."""
-    last: dict[str, str] = {}
-    for name in configured:
-        for frame in detectors[name].REQUIRES:
-            last[frame] = name
+def _dropping_read_frames(capture, names: list[str]):
+    """``done(i)`` for ``run_each`` of detectors ``names``: drops from ``capture`` each frame once every
+    one of them that reads it has returned (one after the other: after the last, in run order); the
+    frames the population step reads are kept to the end."""
+    detectors = available()
+    readers_left: dict[str, int] = {}
+    for name in names:
+        for frame in set(detectors[name].REQUIRES):
+            readers_left[frame] = readers_left.get(frame, 0) + 1
     for frame in population.REQUIRES:
-        last.pop(frame, None)
-    return last
+        readers_left.pop(frame, None)
+
+    def done(index: int) -> None:
+        read = [f for f in set(detectors[names[index]].REQUIRES) if f in readers_left]
+        for frame in read:
+            readers_left[frame] -= 1
+        capture.drop([f for f in read if readers_left[f] == 0])
+    return done
 
 
 def _checked_kinds(module, found: pl.DataFrame) -> pl.DataFrame:
