@@ -40,7 +40,7 @@ from .errors import ClusterFailure
 from .kernels.silences import KEEP_EVERY_TIME, SPAN_ONLY_NS
 from .mapped_frames import mapped, mapped_array
 from .memory import POLARS_ALLOCATOR_ENV, worker_allocator_conf
-from .threads import THREADS_ENV
+from .threads import THREADS_ENV, at_most
 from .packed_part import forget_ahead
 from .packet_readers import build_packet_readers, narrow_after_readers
 from .partitions import (MERGE_KEY_COLUMNS, TASK_KEPT_PACKET_COLUMNS, CallerChunks, FrameSet, client_buckets,
@@ -377,8 +377,10 @@ def decode_frames(client, cap, names, *, local: bool, then=None, client_frames: 
 def decode_into(client, cap, names, *, local: bool = True, **options) -> dict[str, pl.DataFrame]:
     """:func:`decode_frames` with the merged frames set on ``cap`` (which then answers for them as if
     it had built them); returns what ``then`` and ``client_then`` made, by name. ``client`` None: the
-    partitions in turn in this process (:class:`InProcess`)."""
-    frames, found = decode_frames(client or InProcess(), cap, names, local=local, **options)
+    partitions in turn in this process (:class:`InProcess`), each one step at a time
+    (``analyzer.threads.at_most``: the partitions bound the memory)."""
+    with at_most(1):
+        frames, found = decode_frames(client or InProcess(), cap, names, local=local, **options)
     for name, frame in frames.items():
         cap.set_frame(name, frame)
     return found

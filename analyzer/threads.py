@@ -16,10 +16,16 @@ How many threads (:func:`thread_count`): ``HERDSCOPE_THREADS`` when set, else th
 may run on, at most :data:`DEFAULT_MAX_THREADS`. A Dask worker runs one (``analyzer.distributed``
 sets the variable to 1 in its local workers' environment, as it holds Polars and Numba to one thread):
 there the cores are the workers'.
+
+A capture decoded in partitions (a large one, by default) runs one step at a time (:func:`at_most`):
+the partitions are there to bound the memory, and two steps at once hold two steps' working memory. On
+the 100M synth capture (7 December) several threads took the scan's peak anonymous memory from
+2.8-2.9 GB to 4.9 GB, past issue 13's 4 GB, in the caller's detectors on the merged frames.
 """
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import contextvars
 import os
 from typing import Callable, TypeVar
@@ -31,6 +37,8 @@ THREADS_ENV = "HERDSCOPE_THREADS"  # the number of threads, overriding the defau
 # third of its stage on the 1M synth capture, so a stage gains little beyond three or four threads, and
 # each thread holds a step's working memory.
 DEFAULT_MAX_THREADS = 4
+# what at_most() holds the count to here (None: nothing)
+_limit: contextvars.ContextVar[int | None] = contextvars.ContextVar("herdscope_thread_limit", default=None)
 
 
 def cpus() -> int:
@@ -42,18 +50,32 @@ def cpus() -> int:
 
 
 def thread_count() -> int:
-    """How many threads :func:`run_each` runs its calls on (module doc). A value of ``HERDSCOPE_THREADS``
-    that is not a whole number of at least 1 raises ValueError naming it."""
+    """How many threads :func:`run_each` runs its calls on (module doc), at most what :func:`at_most`
+    allows where it holds. A value of ``HERDSCOPE_THREADS`` that is not a whole number of at least 1
+    raises ValueError naming it."""
     given = os.environ.get(THREADS_ENV)
     if given is None or not given.strip():
-        return max(1, min(cpus(), DEFAULT_MAX_THREADS))
+        count = max(1, min(cpus(), DEFAULT_MAX_THREADS))
+    else:
+        try:
+            count = int(given)
+        except ValueError:
+            count = 0
+        if count < 1:
+            raise ValueError(f"{THREADS_ENV}={given!r}: expected a whole number of threads, at least 1")
+    limit = _limit.get()
+    return count if limit is None else min(count, limit)
+
+
+@contextlib.contextmanager
+def at_most(count: int):
+    """Within it (in this thread, and the calls :func:`run_each` makes from it), :func:`thread_count` is at
+    most ``count``: a scan in partitions, whose memory is bounded by doing one thing at a time."""
+    token = _limit.set(count)
     try:
-        count = int(given)
-    except ValueError:
-        count = 0
-    if count < 1:
-        raise ValueError(f"{THREADS_ENV}={given!r}: expected a whole number of threads, at least 1")
-    return count
+        yield
+    finally:
+        _limit.reset(token)
 
 
 def run_each(calls: list[Callable[[], T]], *, threads: int | None = None,

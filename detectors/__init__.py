@@ -240,7 +240,10 @@ def run(capture, only: list[str] | None = None, overrides: dict[str, object] | N
     ``(frame, ts_ns)``, and ``tcp_segments`` to the columns its readers declare (:func:`narrow_to_declared`),
     build every frame the detectors read, then free the rest (``Capture.release``: the other columns of
     ``packets``, the builders' memos; every frame narrowed to its readers' columns) and drop each frame
-    after the last detector that reads it. The findings are the same; the memory is not (issue 13).
+    once every detector that reads it has returned. The findings are the same; the memory is not (issue 13).
+
+    The frames are built, and the detectors run, several at once (``analyzer.threads``); the findings
+    are in the order above whatever order they finish in.
 
     ``found_elsewhere``: detector name -> its findings, already found (``scan --workers`` runs the
     detectors that declare a PARTITION on the workers, :func:`detect_partition`); those are not run
@@ -361,8 +364,9 @@ def detect_merged(frames, names: list[str], overrides: dict[str, object] | None 
 def detect_frames(capture, names: list[str], overrides: dict[str, object] | None = None, *,
                   release: bool = False) -> dict[str, pl.DataFrame]:
     """The findings of detectors ``names`` on ``capture`` as it is (a partition, or the frames of a client
-    bucket, ``analyzer.partitions.FrameSet``), by detector name. ``release``: each frame is dropped
-    after the last of them that reads it (a partition's capture, which nothing reads afterwards)."""
+    bucket, ``analyzer.partitions.FrameSet``), by detector name, run several at once
+    (``analyzer.threads``). ``release``: each frame is dropped once every one of them that reads it has
+    returned (a partition's capture, which nothing reads afterwards)."""
     detectors = available()
     configured = configure(names, overrides)
 

@@ -24,6 +24,7 @@ from analyzer.record_estimate import partitions_for
 from analyzer.render import console as make_console
 from analyzer.selection import SELECTION_COLUMNS
 from analyzer.selection import apply as select
+from analyzer.threads import at_most
 
 from . import (ParameterError, at_least, available, configure, declared_columns_of, describe, detect_frames,
                detect_merged, detect_partition, expanded, frames_read_here, hand_over, incident_params, incidents,
@@ -114,7 +115,9 @@ def _scan_group(group, cfg: ScanConfig, selection, client, local: bool, expand: 
         if not client:  # before the linker builds the DNS frames, and the TCP analysis with them
             plan_reads(cap, cfg.detectors, cfg.overrides)
         kept = incidents.retain(cap, required_frames(cfg.detectors), payloads, addresses)  # what release would free
-        findings = run_detectors(cap, cfg, release=True, found_elsewhere=found_elsewhere)
+        # in partitions, the caller's detectors on the merged frames too run one at a time (analyzer.threads)
+        with at_most(1) if client else contextlib.nullcontext():
+            findings = run_detectors(cap, cfg, release=True, found_elsewhere=found_elsewhere)
         stage("incidents")
         linked = incidents.link(findings, cap, linker, retained=kept)
         listed = expanded(findings) if expand else top_level(findings)  # populations' members: --expand

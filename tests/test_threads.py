@@ -15,7 +15,7 @@ from analyzer import open_capture
 from analyzer.capture import FRAME_BUILDERS, frame_builder
 from analyzer.jit import KERNEL_OPTIONS, njit
 from analyzer.packed_part import copy_records
-from analyzer.threads import DEFAULT_MAX_THREADS, THREADS_ENV, run_each, thread_count
+from analyzer.threads import DEFAULT_MAX_THREADS, THREADS_ENV, at_most, run_each, thread_count
 from shared_captures import shared_run
 
 ROOT = Path(__file__).parent.parent
@@ -54,6 +54,36 @@ def test_the_results_come_in_the_order_asked_whatever_order_the_calls_end_in():
     out = run_each([first, second], threads=2, done=lambda i: finished.append((i, threading.get_ident())))
     assert out == [("first", True), "second"]
     assert sorted(finished) == [(0, threading.get_ident()), (1, threading.get_ident())]  # in the calling thread
+
+
+def test_at_most_holds_the_count_to_it_within_and_in_the_calls_made_from_it(monkeypatch):
+    monkeypatch.setenv(THREADS_ENV, "3")
+    with at_most(1):
+        assert thread_count() == 1
+        with at_most(2):
+            assert thread_count() == 2
+        assert thread_count() == 1
+    assert thread_count() == 3
+    with at_most(2):
+        assert run_each([thread_count, thread_count], threads=2) == [2, 2]
+
+
+def test_a_scan_in_partitions_runs_one_step_at_a_time(monkeypatch):
+    """The partitions bound the memory: neither their tasks nor the caller's detectors on the merged
+    frames run steps at once (on the 100M synth capture several did took the peak past 4 GB)."""
+    import analyzer.threads as threads_module
+
+    monkeypatch.setenv(THREADS_ENV, "3")
+    asked: list[int] = []
+    real = threads_module.thread_count
+    monkeypatch.setattr(threads_module, "thread_count", lambda: asked.append(real()) or asked[-1])
+    from analyzer.cli import main
+
+    assert main(["scan", str(SAMPLE), "--partitions", "2", "--quiet"]) in (0, 1)
+    assert asked and set(asked) == {1}
+    asked.clear()
+    assert main(["scan", str(SAMPLE), "--partitions", "1", "--quiet"]) in (0, 1)
+    assert asked and set(asked) == {3}
 
 
 def test_the_calls_see_the_caller_s_context_variables():
