@@ -7,10 +7,11 @@ the detectors only read them. Each such step spends its time in Numba kernels, w
 on the machine's cores: :func:`run_each`. A frame asked for by two steps at once is built once
 (``Capture.frame`` holds a lock per frame while it builds).
 
-On the 1M synth capture (2 cores; prototype runs of each side by side, the report byte-identical):
-the frames the detectors read built in 1.10-1.11 s against 1.42-1.51 s one after the other, the
-detectors run in 1.00-1.02 s against 1.24-1.33 s, the whole scan 3.7-3.8 s against 4.2-4.5 s, for
-~30 MB more at the peak (two decoders' working memory at once).
+On the 1M synth capture (2 cores, 7 December, four runs of each alternating, the report the same):
+the whole ``scan`` process took 4.16-4.57 s against 4.83-5.56 s on one thread, its peak anonymous
+memory 405-408 MB against 399-406 MB (the peak is where one step runs alone: the HTTP framing
+kerberos_ap asks for). A prototype's timings of the two stages: the frames built in 1.10-1.11 s
+against 1.42-1.51 s, the detectors in 1.00-1.02 s against 1.24-1.33 s.
 
 How many threads (:func:`thread_count`): ``HERDSCOPE_THREADS`` when set, else the CPUs this process
 may run on, at most :data:`DEFAULT_MAX_THREADS`. A Dask worker runs one (``analyzer.distributed``
@@ -20,7 +21,8 @@ there the cores are the workers'.
 A capture decoded in partitions (a large one, by default) runs one step at a time (:func:`at_most`):
 the partitions are there to bound the memory, and two steps at once hold two steps' working memory. On
 the 100M synth capture (7 December) several threads took the scan's peak anonymous memory from
-2.8-2.9 GB to 4.9 GB, past issue 13's 4 GB, in the caller's detectors on the merged frames.
+2.8-2.9 GB to 4.9 GB, past issue 13's 4 GB, at the end, where the caller's detectors run on the
+merged frames.
 """
 from __future__ import annotations
 
