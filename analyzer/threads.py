@@ -9,8 +9,7 @@ on the machine's cores: :func:`run_each`. A frame asked for by two steps at once
 
 On the 1M synth capture (2 cores, 7 December, four runs of each alternating, the report the same):
 the whole ``scan`` process took 4.16-4.57 s against 4.83-5.56 s on one thread, its peak anonymous
-memory 405-408 MB against 399-406 MB (the peak is where one step runs alone: the HTTP framing
-kerberos_ap asks for). A prototype's timings of the two stages: the frames built in 1.10-1.11 s
+memory 405-408 MB against 399-406 MB. A prototype's timings of the two stages: the frames built in 1.10-1.11 s
 against 1.42-1.51 s, the detectors in 1.00-1.02 s against 1.24-1.33 s.
 
 How many threads (:func:`thread_count`): ``HERDSCOPE_THREADS`` when set, else the CPUs this process
