@@ -40,12 +40,12 @@ from .errors import ClusterFailure
 from .kernels.silences import KEEP_EVERY_TIME, SPAN_ONLY_NS
 from .mapped_frames import mapped, mapped_array
 from .memory import POLARS_ALLOCATOR_ENV, worker_allocator_conf
-from .threads import THREADS_ENV, at_most
 from .packed_part import forget_ahead
 from .packet_readers import build_packet_readers, narrow_after_readers
 from .partitions import (MERGE_KEY_COLUMNS, TASK_KEPT_PACKET_COLUMNS, CallerChunks, FrameSet, client_buckets,
                          connection_maps, decode_partition, merge_columns, merge_frames, read_part, sharded_ids)
 from .shards import MergedShards, shard_frames, source_columns, with_server_frames
+from .threads import THREADS_ENV, at_most
 from .wide_frames import columns_among
 
 INSTALL_HINT = "pip install 'herdscope[distributed]' (Dask's distributed scheduler)"
