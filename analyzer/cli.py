@@ -27,6 +27,7 @@ import click
 from . import __version__
 from .command import check_output_dir, check_output_file, each_capture, open_captures, writing
 from .errors import ClusterFailure, ExitCode, HerdscopeError, OutputError, Terminated, UnreadableCapture, fail
+from .threads import configured_threads
 
 
 def exit_codes_help(*, findings: bool = False, writes: bool = False, reads: bool = True,
@@ -78,7 +79,10 @@ class _Group(click.Group):
              context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="herdscope")
 def cli() -> None:
-    pass
+    try:  # a bad HERDSCOPE_THREADS is the user's setting, said before any capture is read (analyzer.threads)
+        configured_threads()
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
 
 
 # the default of --partitions (analyzer.record_estimate.automatic_partitions; tests/test_record_estimate.py

@@ -25,7 +25,6 @@ merged frames.
 """
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import contextvars
 import os
@@ -50,21 +49,25 @@ def cpus() -> int:
         return os.cpu_count() or 1
 
 
-def thread_count() -> int:
-    """How many threads :func:`run_each` runs its calls on (module doc), at most what :func:`at_most`
-    allows where it holds. A value of ``HERDSCOPE_THREADS`` that is not a whole number of at least 1
-    raises ValueError naming it."""
+def configured_threads() -> int:
+    """``HERDSCOPE_THREADS``, else the CPUs up to :data:`DEFAULT_MAX_THREADS` (module doc). A value that
+    is not a whole number of at least 1 raises ValueError naming it (the CLI's usage error)."""
     given = os.environ.get(THREADS_ENV)
     if given is None or not given.strip():
-        count = max(1, min(cpus(), DEFAULT_MAX_THREADS))
-    else:
-        try:
-            count = int(given)
-        except ValueError:
-            count = 0
-        if count < 1:
-            raise ValueError(f"{THREADS_ENV}={given!r}: expected a whole number of threads, at least 1")
-    limit = _limit.get()
+        return max(1, min(cpus(), DEFAULT_MAX_THREADS))
+    try:
+        count = int(given)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise ValueError(f"{THREADS_ENV}={given!r}: expected a whole number of threads, at least 1")
+    return count
+
+
+def thread_count() -> int:
+    """How many threads :func:`run_each` runs its calls on: :func:`configured_threads`, at most what
+    :func:`at_most` allows where it holds."""
+    count, limit = configured_threads(), _limit.get()
     return count if limit is None else min(count, limit)
 
 
@@ -95,6 +98,8 @@ def run_each(calls: list[Callable[[], T]], *, threads: int | None = None,
             if done is not None:
                 done(index)
         return results
+    import concurrent.futures  # lazy: 7.6 ms that every command would pay (the CLI reads thread_count at start)
+
     results: list = [None] * len(calls)
     failed: dict[int, BaseException] = {}
     with concurrent.futures.ThreadPoolExecutor(min(threads, len(calls)), thread_name_prefix="herdscope") as pool:

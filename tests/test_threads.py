@@ -86,6 +86,14 @@ def test_a_scan_in_partitions_runs_one_step_at_a_time(monkeypatch):
     assert asked and set(asked) == {3}
 
 
+def test_a_bad_thread_count_is_a_usage_error_before_anything_is_read(monkeypatch, capsys):
+    from analyzer.cli import main
+
+    monkeypatch.setenv(THREADS_ENV, "two")
+    assert main(["scan", str(SAMPLE)]) == 2
+    assert THREADS_ENV in capsys.readouterr().err
+
+
 def test_the_calls_see_the_caller_s_context_variables():
     setting = contextvars.ContextVar("setting", default="default")
     token = setting.set("the caller's")
