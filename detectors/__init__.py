@@ -26,6 +26,7 @@ import polars as pl
 
 from analyzer.decoders.registry import protocol_of_frame
 from analyzer.kernels.silences import SPAN_ONLY_NS
+from analyzer.narrowing import narrowing_as_built
 from analyzer.packet_readers import build_packet_readers, narrow_after_readers
 from analyzer.capture import READER_FRAMES
 from analyzer.partitions import CONNECTION_FRAMES, decode_partition, merge_columns
@@ -260,7 +261,7 @@ def run(capture, only: list[str] | None = None, overrides: dict[str, object] | N
         # packets, and those frames (what is built from them is), narrowed to what is still read of them
         build_packet_readers(capture, needed, declared)
         narrow_after_readers(capture, PACKET_COLUMNS, declared)
-        build_frames(capture, needed)
+        build_frames(capture, needed, declared)
         capture.release(needed, PACKET_COLUMNS)
         narrow_to_declared(capture, readers, needed)
 
@@ -322,17 +323,21 @@ def shortest_silence_ns(configured: dict[str, object]) -> int:
     return min(lengths, default=SPAN_ONLY_NS)
 
 
-def build_frames(capture, names) -> None:
+def build_frames(capture, names, narrow: dict[str, frozenset[str]] | None = None) -> None:
     """Build the frames ``names`` (a scan's, before ``Capture.release``), several at once
     (``analyzer.threads``): those a decoder makes from its other frames alone (``Protocol.from_frames``)
     last, once the others are built and the builders' memos let go of (``Capture.forget_memos``), so
     that they are not held while those are built (the TCP payload segments: 80 MB of the SMB2 server's
-    partition of the 10M synth capture while its breaks pair, the partition's peak)."""
+    partition of the 10M synth capture while its breaks pair, the partition's peak). ``narrow`` (frame
+    -> the columns read of it: :func:`declared_columns_of`): each of those frames narrowed to them as
+    soon as nothing still to be built reads the others (``analyzer.narrowing``)."""
     last = [n for n in names if (p := protocol_of_frame(n)) is not None and n in p.from_frames]
-    run_each([functools.partial(capture.frame, n) for n in names if n not in last])
+    narrow_built = narrowing_as_built(capture, names, narrow or {})
+    narrow_built()  # what was built before (a scan's incident linker builds the DNS frames first)
+    run_each([functools.partial(capture.frame, n) for n in names if n not in last], done=lambda _: narrow_built())
     if last:
         capture.forget_memos()
-        run_each([functools.partial(capture.frame, n) for n in last])
+        run_each([functools.partial(capture.frame, n) for n in last], done=lambda _: narrow_built())
 
 
 def detect_partition(capture, whole_packets: pl.DataFrame, names: list[str],
@@ -340,10 +345,10 @@ def detect_partition(capture, whole_packets: pl.DataFrame, names: list[str],
     """The findings of detectors ``names`` (each declaring PARTITION) on one server partition of a
     capture, its frames built: ``capture.packets`` is put back to the whole capture's ``whole_packets``
     (frame, ts_ns) first, so spans and rates are the capture's (base.py, PARTITION)."""
-    needed = required_frames(names)
-    build_frames(capture, needed)
+    needed, readers = required_frames(names), [available()[n] for n in names]
+    build_frames(capture, needed, declared_columns_of(readers, needed))
     capture.release(needed, PACKET_COLUMNS)  # the partition's own packets and the builders' memos
-    narrow_to_declared(capture, [available()[n] for n in names], needed)
+    narrow_to_declared(capture, readers, needed)
     capture.set_frame("packets", whole_packets.select(PACKET_COLUMNS))
     return detect_frames(capture, names, overrides, release=True)
 

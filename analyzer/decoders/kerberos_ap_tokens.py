@@ -32,6 +32,16 @@ def register_kernel(messages_frame: str, kernel: Callable, wanted: pl.Expr) -> N
     _KERNELS[messages_frame] = (kernel, wanted)
 
 
+def carrier_columns(messages_frame: str) -> frozenset[str]:
+    """What a carrier's token source reads of ``messages_frame`` (``kerberos_ap.carrier_source``: the
+    rows that can carry a token, their transport and flow); none when it is no carrier's. A scan keeps
+    them when it narrows the frame before kerberos_ap is built (``analyzer.narrowing``)."""
+    registered = _KERNELS.get(messages_frame)
+    if registered is None:
+        return frozenset()
+    return frozenset(("transport", "flow", *registered[1].meta.root_names()))
+
+
 def _memo_key(messages_frame: str) -> str:
     return f"kerberos_ap_tokens:{messages_frame}"
 

@@ -1,0 +1,78 @@
+"""A scan narrows a decoder's frame as soon as nothing still to be built reads its other columns
+(``analyzer.narrowing``), and every frame built after it is what it would have been."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from analyzer import open_capture
+from analyzer.decoders.kerberos_ap_tokens import carrier_columns
+from analyzer.decoders.smb2 import PROTOCOL as SMB2
+from analyzer.narrowing import narrowing_as_built
+from detectors import build_frames
+
+SAMPLES = Path(__file__).parent.parent / "samples"
+LDAP_FRAMES = ["ldap_messages", "ldap_transactions", "ldap_sync"]
+
+
+def test_a_frame_waits_for_the_frames_of_its_protocol_that_read_it():
+    with open_capture(SAMPLES / "ldap-saturation.pcap") as cap:
+        narrow = narrowing_as_built(cap, LDAP_FRAMES, {"ldap_messages": {"op", "ts_last_ns"}})
+        narrow()  # nothing built: nothing narrowed
+        cap.frame("ldap_messages")
+        wide = cap.frame("ldap_messages").columns
+        narrow()  # ldap_transactions is paired from it, not built yet
+        assert cap.frame("ldap_messages").columns == wide
+        cap.frame("ldap_transactions"), cap.frame("ldap_sync")
+        narrow()
+        kept = set(cap.frame("ldap_messages").columns)
+        assert kept == {"op", "ts_last_ns"} | carrier_columns("ldap_messages")
+        assert len(wide) > len(kept)
+
+
+def test_carrier_columns_are_what_kerberos_ap_reads_of_a_carrier():
+    assert carrier_columns("ldap_messages") == {"transport", "flow", "auth", "op"}
+    assert carrier_columns("smb2_messages") == {"transport", "flow", "command"}
+    assert carrier_columns("dns_messages") == frozenset()
+
+
+def test_kerberos_ap_built_after_its_carriers_are_narrowed_is_the_same():
+    path = SAMPLES / "krb5-replay-ldap-gssapi.pcapng"
+    with open_capture(path) as whole:
+        expected = whole.frame("kerberos_ap")
+    assert expected.filter(expected["carrier"] == "ldap").height >= 1
+    with open_capture(path) as cap:
+        narrow = narrowing_as_built(cap, [*LDAP_FRAMES, "kerberos_ap"], {"ldap_messages": {"dn"}})
+        for name in LDAP_FRAMES:
+            cap.frame(name)
+        narrow()
+        assert set(cap.frame("ldap_messages").columns) == {"dn", "transport", "flow", "auth", "op"}
+        assert cap.frame("kerberos_ap").equals(expected)
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_smb2_breaks_built_from_narrowed_messages_are_the_same(threads, monkeypatch):
+    """smb2_breaks says what it reads of smb2_messages (Protocol.server_frame_columns): the messages are
+    narrowed before it is built, keeping those; smb2_transactions, which it reads whole, waits."""
+    monkeypatch.setenv("HERDSCOPE_THREADS", threads)
+    path = SAMPLES / "smb2-break-queue.pcap"
+    with open_capture(path) as whole:
+        expected = whole.frame("smb2_breaks")
+        wide_transactions = whole.frame("smb2_transactions").columns
+    assert expected.height >= 1
+    narrowed = []
+    with open_capture(path) as cap:
+        plain = cap.narrow_frame
+
+        def narrow_frame(name, columns):
+            narrowed.append((name, cap.built("smb2_breaks")))
+            plain(name, columns)
+        cap.narrow_frame = narrow_frame
+        frames = ["smb2_messages", "smb2_transactions", "smb2_breaks"]
+        build_frames(cap, frames, {"smb2_messages": {"src"}, "smb2_transactions": {"client"}})
+        assert cap.frame("smb2_breaks").equals(expected)
+        assert set(cap.frame("smb2_messages").columns) == ({"src"} | carrier_columns("smb2_messages")
+                                                           | set(SMB2.server_frame_columns["smb2_messages"]))
+        assert cap.frame("smb2_transactions").columns == ["client"] != wide_transactions
+    assert narrowed == [("smb2_messages", False), ("smb2_transactions", True)]
