@@ -379,9 +379,11 @@ def connection_batches(cap, service_ports: set[int], batch_bytes: int) -> list[n
     wanted = _wanted_connections(cap, service_ports)
     if wanted.height == 0:
         return []
-    per_conn = (payload_segments(cap).filter(pl.col("conn").is_in(wanted["conn"].implode()))
+    # lazily, so that of the payload segments only the two columns read are gathered
+    per_conn = (payload_segments(cap).lazy().select("conn", "payload_caplen")
+                .filter(pl.col("conn").is_in(wanted["conn"].implode()))
                 .group_by("conn").agg(pl.col("payload_caplen").fill_null(0).cast(pl.Int64).sum().alias("bytes"))
-                .sort("conn"))
+                .sort("conn").collect())
     ids, sizes = per_conn["conn"].to_numpy(), per_conn["bytes"].to_numpy()
     batch = np.cumsum(sizes) // max(1, batch_bytes)  # a batch per batch_bytes of running total
     cuts = np.flatnonzero(np.diff(batch)) + 1
