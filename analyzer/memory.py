@@ -21,7 +21,10 @@ second by jemalloc's background thread whatever allocates, and none kept muzzy. 
 1,068-1,175 MB, its time the same (27-30 s); at 1M, decoded at once, from 414-426 to 400-413 MB. jemalloc
 reads its settings from the environment once, when Polars is first loaded
 (:func:`configure_polars_allocator`; Polars puts its own before them, and later pairs win); a setting
-of the user's own is kept.
+of the user's own is kept, what the Polars of a parent process put there is not (:func:`users_own`): a
+herdscope started by a Python process that had loaded Polars (the benchmark's, a pipeline's) ran with
+Polars' defaults, and on the 1M synth capture its scan peaked at 436-448 MB of anonymous memory against
+379-392 MB (7 December; the benchmark had reported 391 B a packet for 300).
 """
 from __future__ import annotations
 
@@ -63,6 +66,24 @@ def return_freed_memory_promptly() -> bool:
 
 _users_conf: str | None = None  # the user's own setting, as configure_polars_allocator found it
 
+# what Polars' import puts in POLARS_ALLOCATOR_ENV before whatever the variable held (polars/__init__.py;
+# the second with POLARS_THP=1): a process started by one that has loaded Polars (a Python pipeline, a
+# notebook, the benchmark's own process) inherits it, and it is not the user's setting
+POLARS_OWN_CONFS = ("dirty_decay_ms:500,muzzy_decay_ms:1000,thp:always,metadata_thp:always",
+                    "dirty_decay_ms:500,muzzy_decay_ms:1000")
+
+
+def users_own(conf: str | None) -> str | None:
+    """``conf`` (the variable as this process found it) without what the Polars of the processes that
+    started it put first (:data:`POLARS_OWN_CONFS`, once per generation): the user's own setting, or None
+    when there is none."""
+    while conf:
+        own = next((o for o in POLARS_OWN_CONFS if conf == o or conf.startswith(o + ",")), None)
+        if own is None:
+            return conf
+        conf = conf[len(own) + 1:]
+    return None
+
 
 def polars_allocator_conf(cpus: int | None = None) -> str:
     """The jemalloc settings this process gives Polars (module doc): one arena per CPU (``cpus``, by
@@ -73,13 +94,14 @@ def polars_allocator_conf(cpus: int | None = None) -> str:
 
 
 def configure_polars_allocator() -> bool:
-    """Give Polars' jemalloc :func:`polars_allocator_conf` (before Polars is loaded; a setting in the
-    environment already is kept). False when Polars was loaded already: jemalloc has read its settings."""
+    """Give Polars' jemalloc :func:`polars_allocator_conf` (before Polars is loaded; a setting of the
+    user's in the environment already is kept, :func:`users_own`). False when Polars was loaded already:
+    jemalloc has read its settings."""
     global _users_conf
     if "polars" in sys.modules:
         return False
-    _users_conf = os.environ.get(POLARS_ALLOCATOR_ENV)
-    os.environ.setdefault(POLARS_ALLOCATOR_ENV, polars_allocator_conf())
+    _users_conf = users_own(os.environ.get(POLARS_ALLOCATOR_ENV))
+    os.environ[POLARS_ALLOCATOR_ENV] = _users_conf or polars_allocator_conf()
     return True
 
 

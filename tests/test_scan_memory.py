@@ -119,8 +119,28 @@ print(first, conf, configure_polars_allocator(), worker_env()[POLARS_ALLOCATOR_E
 """
 
 
-@pytest.mark.parametrize("given", [None, "narenas:3"])
-def test_polars_allocator_is_configured_before_polars_loads(given):
+def _inherited(given: str | None, generations: int) -> str | None:
+    """The allocator variable a process started by ``generations`` nested processes that each loaded
+    Polars inherits, the first of them given ``given``: Polars' own import writes it, not a stand-in."""
+    import os
+    import subprocess
+    import sys
+
+    from analyzer.memory import POLARS_ALLOCATOR_ENV
+    for _ in range(generations):
+        env = {k: v for k, v in os.environ.items() if k != POLARS_ALLOCATOR_ENV}
+        if given:
+            env[POLARS_ALLOCATOR_ENV] = given
+        given = subprocess.run([sys.executable, "-c", f"import os, polars; print(os.environ[{POLARS_ALLOCATOR_ENV!r}])"],
+                               capture_output=True, text=True, env=env, timeout=120, check=True).stdout.strip()
+    return given
+
+
+# (what the user set, how many processes that loaded Polars started herdscope one after the other)
+@pytest.mark.parametrize("given, generations", [(None, 0), ("narenas:3", 0), (None, 1), ("narenas:3", 1), (None, 2)])
+def test_polars_allocator_is_configured_before_polars_loads(given, generations):
+    """A setting of the user's is kept, the Polars defaults a parent process wrote are not (a scan
+    started by a Python pipeline that uses Polars, or by the benchmark, is configured as one from a shell)."""
     import os
     import subprocess
     import sys
@@ -128,8 +148,10 @@ def test_polars_allocator_is_configured_before_polars_loads(given):
     from analyzer.memory import POLARS_ALLOCATOR_ENV, polars_allocator_conf
 
     env = {k: v for k, v in os.environ.items() if k != POLARS_ALLOCATOR_ENV}
-    if given:
-        env[POLARS_ALLOCATOR_ENV] = given
+    inherited = _inherited(given, generations)
+    if inherited:
+        env[POLARS_ALLOCATOR_ENV] = inherited
+    assert generations == 0 or inherited != given  # Polars did write its own first
     proc = subprocess.run([sys.executable, "-c", _ALLOCATOR], capture_output=True, text=True, env=env, timeout=120,
                           cwd=Path(__file__).parent.parent)
     assert proc.returncode == 0 and "jemalloc" not in proc.stderr, proc.stderr
