@@ -24,7 +24,7 @@ reads its settings from the environment once, when Polars is first loaded
 of the user's own is kept, what the Polars of a parent process put there is not (:func:`users_own`): a
 herdscope started by a Python process that had loaded Polars (the benchmark's, a pipeline's) ran with
 Polars' defaults, and on the 1M synth capture its scan peaked at 436-448 MB of anonymous memory against
-379-392 MB (7 December; the benchmark had reported 391 B a packet for 300).
+379-392 MB (7 December; ``make bench`` reported 391 B a packet of anonymous memory, 322 B once fixed).
 """
 from __future__ import annotations
 
