@@ -234,8 +234,8 @@ def parse_selection(start, end, hosts, ports):
 def stats(files: tuple[str, ...], fmt: str, by: str | None, start, end, hosts, ports, partitions) -> int:
     from .selection import apply as select  # lazy: loads Polars (not for --help)
     from .stats import (  # lazy: loads the decoders and Polars (not for --help)
-        PARTITIONED_PACKET_COLUMNS, chunked_reading, csv_text, decode_in_partitions, no_transactions_message, records,
-        render_table, service_response_times)
+        PARTITIONED_PACKET_COLUMNS, chunked_reading, csv_text, decode_response_time_frames, no_transactions_message,
+        records, render_table, service_response_times)
 
     header = [True]
     selection = parse_selection(start, end, hosts, ports)
@@ -246,7 +246,7 @@ def stats(files: tuple[str, ...], fmt: str, by: str | None, start, end, hosts, p
         if cap.selection and fmt == "table":
             fail(f"{path}: selected {cap.selection['packets_selected']:,} of "
                   f"{cap.selection['packets_total']:,} packets")
-        decode_in_partitions(cap, count)
+        decode_response_time_frames(cap, count)
         table = service_response_times(cap, by)
         if table.height == 0:
             fail(no_transactions_message(path, cap))

@@ -156,7 +156,8 @@ SUMMARY_PACKET_COLUMNS = ("ts_ns", "iface", "caplen", "wirelen", "ip_proto", "sp
 PARTITIONED_PACKET_COLUMNS = caller_packet_columns(*SUMMARY_PACKET_COLUMNS)
 # what a partition's task reads of its packets once what reads the others is built (analyzer.packet_readers):
 # what damaged_rows reads (the ports and EtherType its frames' traffic is told by); of TCP analysis's
-# segments, what segment_counts reads (beyond what the task and its merge keep: analyzer.partitions)
+# segments, what segment_counts reads (beyond what the task and its merge keep: analyzer.partitions), which
+# is all TCP analysis builds of them for a summary at once too (summarize_in_partitions)
 TASK_PACKET_COLUMNS = ("sport", "dport", "ethertype")
 TASK_FRAME_COLUMNS = {"tcp_segments": ("analysis",)}
 
@@ -332,8 +333,12 @@ def summarize_in_partitions(cap: Capture, partitions: int) -> dict:
     """:func:`summarize` of ``cap`` decoded in ``partitions`` server partitions one after the other
     (``herdscope info --partitions``, or a capture large enough: ``analyzer.record_estimate``), ``cap``
     opened reading :data:`PARTITIONED_PACKET_COLUMNS` of its packets: memory holds one partition's
-    TCP analysis and decoding at a time, and the summary is the same (tests/test_partitioned_commands.py)."""
+    TCP analysis and decoding at a time, and the summary is the same (tests/test_partitioned_commands.py).
+    At once (one partition), TCP analysis builds of ``tcp_segments`` only what the summary reads of it
+    (:data:`TASK_FRAME_COLUMNS`, ``Capture.plan_columns``): on the 1M synth capture the outputs it
+    would otherwise hold were the peak of ``info`` (~365 MB of anonymous memory)."""
     if partitions <= 1:
+        cap.plan_columns(TASK_FRAME_COLUMNS)
         return summarize(cap)
     from .distributed import decode_into  # lazy: the partitions' tasks, only for a partitioned summary
 

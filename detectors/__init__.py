@@ -16,7 +16,6 @@ whose ``kind`` is not among its detector's ``KINDS`` is an error of that detecto
 from __future__ import annotations
 
 import dataclasses
-import functools
 import importlib
 import logging
 import math
@@ -24,9 +23,8 @@ import pkgutil
 
 import polars as pl
 
-from analyzer.decoders.registry import protocol_of_frame
 from analyzer.kernels.silences import SPAN_ONLY_NS
-from analyzer.narrowing import narrowing_as_built
+from analyzer.narrowing import build_frames
 from analyzer.packet_readers import build_packet_readers, narrow_after_readers
 from analyzer.capture import READER_FRAMES
 from analyzer.partitions import CONNECTION_FRAMES, decode_partition, merge_columns
@@ -321,23 +319,6 @@ def shortest_silence_ns(configured: dict[str, object]) -> int:
     lengths = [int(getattr(params, detectors[name].SILENCE)) for name, params in configured.items()
                if getattr(detectors[name], "SILENCE", None)]
     return min(lengths, default=SPAN_ONLY_NS)
-
-
-def build_frames(capture, names, narrow: dict[str, frozenset[str]] | None = None) -> None:
-    """Build the frames ``names`` (a scan's, before ``Capture.release``), several at once
-    (``analyzer.threads``): those a decoder makes from its other frames alone (``Protocol.from_frames``)
-    last, once the others are built and the builders' memos let go of (``Capture.forget_memos``), so
-    that they are not held while those are built (the TCP payload segments: 80 MB of the SMB2 server's
-    partition of the 10M synth capture while its breaks pair, the partition's peak). ``narrow`` (frame
-    -> the columns read of it: :func:`declared_columns_of`): each of those frames narrowed to them as
-    soon as nothing still to be built reads the others (``analyzer.narrowing``)."""
-    last = [n for n in names if (p := protocol_of_frame(n)) is not None and n in p.from_frames]
-    narrow_built = narrowing_as_built(capture, names, narrow or {})
-    narrow_built()  # what was built before (a scan's incident linker builds the DNS frames first)
-    run_each([functools.partial(capture.frame, n) for n in names if n not in last], done=lambda _: narrow_built())
-    if last:
-        capture.forget_memos()
-        run_each([functools.partial(capture.frame, n) for n in last], done=lambda _: narrow_built())
 
 
 def detect_partition(capture, whole_packets: pl.DataFrame, names: list[str],

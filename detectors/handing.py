@@ -6,10 +6,11 @@ from __future__ import annotations
 import polars as pl
 
 from analyzer.capture import READER_FRAMES
+from analyzer.narrowing import build_frames
 from analyzer.partitions import decode_partition, merge_columns
 from analyzer.shards import SERVER_STATE_COLUMNS, SERVER_STATE_FRAMES, shard_frames
 
-from . import available, build_frames, declared_columns, required_frames
+from . import available, declared_columns, required_frames
 from .base import rows_among
 
 

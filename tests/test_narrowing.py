@@ -10,10 +10,22 @@ from analyzer import open_capture
 from analyzer.decoders.kerberos_ap_tokens import carrier_columns
 from analyzer.decoders.smb2 import PROTOCOL as SMB2
 from analyzer.narrowing import narrowing_as_built
-from detectors import build_frames
+from analyzer.narrowing import build_frames
 
 SAMPLES = Path(__file__).parent.parent / "samples"
 LDAP_FRAMES = ["ldap_messages", "ldap_transactions", "ldap_sync"]
+
+
+def _record_narrowing(cap, witness: str) -> list[tuple[str, bool]]:
+    """What ``cap`` narrows from now on, in order: (frame, whether ``witness`` was built by then)."""
+    narrowed = []
+    plain = cap.narrow_frame
+
+    def narrow_frame(name, columns):
+        narrowed.append((name, cap.built(witness)))
+        plain(name, columns)
+    cap.narrow_frame = narrow_frame
+    return narrowed
 
 
 def test_a_frame_waits_for_the_frames_of_its_protocol_that_read_it():
@@ -61,14 +73,8 @@ def test_smb2_breaks_built_from_narrowed_messages_are_the_same(threads, monkeypa
         expected = whole.frame("smb2_breaks")
         wide_transactions = whole.frame("smb2_transactions").columns
     assert expected.height >= 1
-    narrowed = []
     with open_capture(path) as cap:
-        plain = cap.narrow_frame
-
-        def narrow_frame(name, columns):
-            narrowed.append((name, cap.built("smb2_breaks")))
-            plain(name, columns)
-        cap.narrow_frame = narrow_frame
+        narrowed = _record_narrowing(cap, "smb2_breaks")
         frames = ["smb2_messages", "smb2_transactions", "smb2_breaks"]
         build_frames(cap, frames, {"smb2_messages": {"src"}, "smb2_transactions": {"client"}})
         assert cap.frame("smb2_breaks").equals(expected)
@@ -76,3 +82,28 @@ def test_smb2_breaks_built_from_narrowed_messages_are_the_same(threads, monkeypa
                                                            | set(SMB2.server_frame_columns["smb2_messages"]))
         assert cap.frame("smb2_transactions").columns == ["client"] != wide_transactions
     assert narrowed == [("smb2_messages", False), ("smb2_transactions", True)]
+
+
+@pytest.mark.parametrize("others", [False, True])
+def test_the_frames_not_asked_for_are_narrowed_once_their_protocol_is_built(others, monkeypatch):
+    """With ``others`` (stats, which frees them afterwards) the frames a protocol's asked-for frames are
+    built of are narrowed to what the others read of them (kerberos_ap's carrier columns) as soon as
+    those are built: Kerberos's messages before LDAP is decoded. Without it they are left whole."""
+    monkeypatch.setenv("HERDSCOPE_THREADS", "1")  # in the order asked
+    path = SAMPLES / "krb5-replay-ldap-gssapi.pcapng"
+    with open_capture(path) as whole:
+        expected = {name: whole.frame(name) for name in ("kerberos_transactions", "ldap_transactions")}
+        wide = {name: whole.frame(name).columns for name in ("kerberos_messages", "ldap_messages")}
+    with open_capture(path) as cap:
+        narrowed = _record_narrowing(cap, "ldap_messages")
+        build_frames(cap, list(expected), {}, others=others)
+        for name, frame in expected.items():
+            assert cap.frame(name).equals(frame)
+        held = {name: cap.frame(name).columns for name in wide}
+    if not others:
+        assert narrowed == [] and held == wide
+        return
+    assert narrowed[0] == ("kerberos_messages", False)  # before LDAP is decoded
+    assert {name for name, _ in narrowed} == {"kerberos_messages", "ldap_messages", "ldap_sync"}
+    assert held == {name: [c for c in wide[name] if c in carrier_columns(name)] for name in wide}
+

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from analyzer import cli, distributed, record_estimate
+from analyzer import cli, distributed, open_capture, record_estimate, summary
 from analyzer.kernels.silences import SPAN_ONLY_NS
+from analyzer.tcp import SEGMENT_DESCRIPTIONS
 
 SAMPLES = Path(__file__).parent.parent / "samples"
 CAPTURES = sorted(p.name for p in SAMPLES.iterdir() if p.suffix in (".pcap", ".pcapng"))
@@ -158,3 +159,18 @@ def test_a_copied_piece_is_read_once_in_partitions_too(capsys, tmp_path, command
         assert any("the same packets as" in w for w in together["captures"][0]["warnings"]), together["captures"]
         assert together["findings"] and [f["finding_id"] for f in together["findings"]] == \
             [f["finding_id"] for f in json.loads((tmp_path / "alone.json").read_text())["findings"]]
+
+
+@pytest.mark.parametrize("name", CAPTURES)
+def test_info_at_once_builds_of_the_segments_what_it_reads(name):
+    """``info`` at once (``summarize_in_partitions(cap, 1)``) has TCP analysis build of ``tcp_segments``
+    only what the summary reads of it (``summary.TASK_FRAME_COLUMNS``): the summary is that of the
+    segments built whole."""
+    with open_capture(SAMPLES / name) as cap:
+        expected = summary.summarize(cap)
+        assert cap.frame("tcp_segments").columns == list(SEGMENT_DESCRIPTIONS)
+    with open_capture(SAMPLES / name) as cap:
+        got = summary.summarize_in_partitions(cap, 1)
+        built = cap.frame("tcp_segments").columns
+    assert got == expected
+    assert set(summary.TASK_FRAME_COLUMNS["tcp_segments"]) <= set(built) < set(SEGMENT_DESCRIPTIONS)

@@ -163,13 +163,13 @@ def test_polars_allocator_is_configured_before_polars_loads(given, generations):
 
 
 def test_frames_made_from_frames_alone_build_without_the_memos_or_the_wide_packets():
-    """Protocol.from_frames is a promise a scan relies on (detectors.build_frames builds them once the
+    """Protocol.from_frames is a promise a scan relies on (analyzer.narrowing.build_frames builds them once the
     memos are let go of): SMB2's breaks built with neither memos nor packets' wide columns are the
     whole build's."""
     from pathlib import Path
 
     from analyzer import open_capture
-    from detectors import build_frames
+    from analyzer.narrowing import build_frames
 
     path = Path(__file__).parent.parent / "samples" / "smb2-break-queue.pcap"
     with open_capture(path) as whole:

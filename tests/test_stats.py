@@ -12,8 +12,11 @@ import pytest
 
 import builders as b
 from analyzer import open_capture
+from analyzer.capture import READER_FRAMES
 from analyzer.cli import ExitCode, main
-from analyzer.stats import (STAT_COLUMNS, outcome_rules, resolvers, service_response_times, transactions,
+from analyzer.decoders.kerberos_ap_tokens import carrier_columns
+from analyzer.stats import (AT_ONCE_PACKET_COLUMNS, PARTITIONED_FRAME_COLUMNS, STAT_COLUMNS, decode_at_once,
+                            outcome_rules, resolvers, response_time_frames, service_response_times, transactions,
                             with_legs)
 from fakes import FakeCapture
 from builders import dns_header as header, dns_query as query, dns_response as response, dns_rr as rr
@@ -294,3 +297,26 @@ def test_late_answers_agree_with_tshark(late_capture):
                           text=True, check=True).stdout
     srt = next(line for line in tree.splitlines() if "request-response time" in line)
     assert int(srt.split(")")[1].split()[0]) == len(ours)  # the SRT's count of answered queries
+
+
+# --- decoded at once, as the CLI decodes it ---------------------------------------------------------
+
+@pytest.mark.parametrize("path", sorted(SAMPLES.glob("*.pcap*")), ids=lambda p: p.name)
+def test_stats_decoded_at_once_are_those_of_the_frames_built_whole(path):
+    """``stats`` of a capture at once builds its frames as a scan does, narrowed as they are built, and
+    frees the rest (``decode_at_once``): the response times are those of the frames built whole, and
+    what is held afterwards is the transaction frames' columns that stats reads, and the packets' count."""
+    with open_capture(path) as cap:
+        expected = {by: service_response_times(cap, by) for by in (None, "server", "client")}
+    with open_capture(path) as cap:
+        decode_at_once(cap)
+        got = {by: service_response_times(cap, by) for by in expected}
+        names = response_time_frames(cap)
+        held = {name: frame.columns for name, frame in cap.built_frames().items()}
+    for by, table in expected.items():
+        assert got[by].equals(table), by
+    assert set(held) <= set(names) | set(READER_FRAMES)
+    assert held["packets"] == list(AT_ONCE_PACKET_COLUMNS)
+    for name in names:
+        assert set(held[name]) <= set(PARTITIONED_FRAME_COLUMNS) | carrier_columns(name), name
+

@@ -41,7 +41,7 @@ class Protocol:
     message_direction: str | None = None  # "module:function" for client_side == "message"
     frames: tuple[str, ...] = ()  # every frame the decoder's builders register
     # of those, the frames built from its other frames alone (no bytes, packets or memos): a scan builds
-    # them after the builders' memos are let go of (detectors.build_frames; SMB2's breaks)
+    # them after the builders' memos are let go of (analyzer.narrowing.build_frames; SMB2's breaks)
     from_frames: tuple[str, ...] = ()
     # of those, the frames whose rows a server's state across its clients decides (an SMB2 break's
     # trigger is another client's CREATE; an NFS file handle's path, another client's LOOKUP) -> the
