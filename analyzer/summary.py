@@ -335,8 +335,9 @@ def summarize_in_partitions(cap: Capture, partitions: int) -> dict:
     opened reading :data:`PARTITIONED_PACKET_COLUMNS` of its packets: memory holds one partition's
     TCP analysis and decoding at a time, and the summary is the same (tests/test_partitioned_commands.py).
     At once (one partition), TCP analysis builds of ``tcp_segments`` only what the summary reads of it
-    (:data:`TASK_FRAME_COLUMNS`, ``Capture.plan_columns``): on the 1M synth capture the outputs it
-    would otherwise hold were the peak of ``info`` (~365 MB of anonymous memory)."""
+    (:data:`TASK_FRAME_COLUMNS`, ``Capture.plan_columns``), so ``cap`` is for this summary alone (the
+    CLI's ``info``; the dashboard calls :func:`summarize`): on the 1M synth capture the outputs it
+    would otherwise hold were the peak of ``info`` (~365 MB of anonymous memory, now ~300 MB)."""
     if partitions <= 1:
         cap.plan_columns(TASK_FRAME_COLUMNS)
         return summarize(cap)
