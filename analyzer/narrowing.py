@@ -29,6 +29,7 @@ from typing import Callable
 
 from .decoders.kerberos_ap_tokens import carrier_columns
 from .decoders.registry import protocol_of_frame
+from .packet_readers import build_packet_readers, narrow_after_readers
 from .threads import run_each
 
 
@@ -81,3 +82,17 @@ def build_frames(capture, names, narrow: dict[str, frozenset[str]] | None = None
     if last:
         capture.forget_memos()
         run_each([functools.partial(capture.frame, n) for n in last], done=lambda _: narrow_built())
+
+
+def build_and_release(capture, names, packet_columns, frame_columns, others: bool = False) -> None:
+    """Build the frames ``names`` and free the rest of ``capture``, holding as little as it goes (issue
+    13; a scan's detectors' frames, ``stats``'s transactions): what reads ``packets`` first
+    (``analyzer.packet_readers``: TCP analysis told what is read of ``tcp_segments``), then ``packets``
+    narrowed to ``packet_columns`` and those frames to their entries in ``frame_columns`` (frame -> the
+    columns read of it); the frames several at once, each narrowed to its entry as soon as nothing still
+    to be built reads the rest (:func:`build_frames`, with ``others``); then the other frames, the
+    builders' memos and the other columns of ``packets`` freed (``Capture.release``)."""
+    build_packet_readers(capture, names, frame_columns)
+    narrow_after_readers(capture, packet_columns, frame_columns)
+    build_frames(capture, names, frame_columns, others)
+    capture.release(names, packet_columns)

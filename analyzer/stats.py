@@ -34,8 +34,7 @@ from .decoders import dns, registry
 from .decoders.common import COMMON_NAMES
 from .durations import fmt_ns
 from .kernels.silences import SPAN_ONLY_NS
-from .narrowing import build_frames
-from .packet_readers import build_packet_readers, narrow_after_readers
+from .narrowing import build_and_release
 from .partitions import CallerChunks, caller_packet_columns
 from .selection import SELECTION_COLUMNS
 LEGS = ("client_to_resolver", "resolver_to_upstream", "direct")
@@ -248,10 +247,8 @@ def decode_at_once(cap) -> None:
     capture's ``stats`` to a peak of ~470 MB of anonymous memory (``scan``: ~385 MB); built so, ~305 MB
     (README, "Speed and memory")."""
     names = response_time_frames(cap)
-    build_packet_readers(cap, names, TASK_FRAME_COLUMNS)
-    narrow_after_readers(cap, AT_ONCE_PACKET_COLUMNS, TASK_FRAME_COLUMNS)
-    build_frames(cap, names, dict.fromkeys(names, PARTITIONED_FRAME_COLUMNS), others=True)
-    cap.release(names, AT_ONCE_PACKET_COLUMNS)
+    build_and_release(cap, names, AT_ONCE_PACKET_COLUMNS,
+                      {**TASK_FRAME_COLUMNS, **dict.fromkeys(names, PARTITIONED_FRAME_COLUMNS)}, others=True)
 
 
 def decode_in_partitions(cap, partitions: int) -> None:

@@ -24,8 +24,7 @@ import pkgutil
 import polars as pl
 
 from analyzer.kernels.silences import SPAN_ONLY_NS
-from analyzer.narrowing import build_frames
-from analyzer.packet_readers import build_packet_readers, narrow_after_readers
+from analyzer.narrowing import build_and_release, build_frames
 from analyzer.capture import READER_FRAMES
 from analyzer.partitions import CONNECTION_FRAMES, decode_partition, merge_columns
 from analyzer.shards import SERVER_STATE_COLUMNS, SERVER_STATE_FRAMES, shard_frames
@@ -257,10 +256,7 @@ def run(capture, only: list[str] | None = None, overrides: dict[str, object] | N
         needed, readers, declared = _reads(configured, list(found_elsewhere))
         # what reads packets' other columns first (TCP analysis, the memos the decoders read), then
         # packets, and those frames (what is built from them is), narrowed to what is still read of them
-        build_packet_readers(capture, needed, declared)
-        narrow_after_readers(capture, PACKET_COLUMNS, declared)
-        build_frames(capture, needed, declared)
-        capture.release(needed, PACKET_COLUMNS)
+        build_and_release(capture, needed, PACKET_COLUMNS, declared)
         narrow_to_declared(capture, readers, needed)
 
     def detection(name: str):
