@@ -259,9 +259,8 @@ def decode_in_partitions(cap, partitions: int) -> None:
     ``analyzer.partitions``) and one merged frame, of which :data:`PARTITIONED_FRAME_COLUMNS` alone are
     merged and which is mapped out of memory once merged (``analyzer.distributed.decode_frames``: on the
     100M synth capture every column of every transaction frame, merged and held, was 7.2 GB); the
-    response times are the same (tests/test_partitioned_commands.py). Nothing is done for one partition."""
-    if partitions <= 1:
-        return
+    response times are the same (tests/test_partitioned_commands.py). ``partitions``: more than one
+    (:func:`decode_response_time_frames` decides: one is :func:`decode_at_once`)."""
     from .distributed import decode_into  # lazy: the partitions' tasks, only for partitioned stats
 
     names = response_time_frames(cap)
