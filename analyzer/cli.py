@@ -479,7 +479,19 @@ def dashboard(files, port, address, browse_root, max_upload_mb) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the exit code instead of exiting when called from Python."""
+    """Run the CLI; returns the exit code instead of exiting when called from Python. Called without
+    ``argv`` (a process of its own) it ends the process once the command is done, without the
+    interpreter's teardown (``analyzer/process_exit.py``)."""
+    code = _run(argv)
+    if argv is None:
+        from .process_exit import leave  # lazy: only a process of its own ends this way
+
+        return leave(code)
+    return code
+
+
+def _run(argv: list[str] | None) -> int:
+    """The command's exit code (:func:`main`)."""
     args = sys.argv[1:] if argv is None else list(argv)
     if argv is None:  # a process of its own (not a caller's): give freed arrays back (analyzer/memory.py)
         from .memory import configure_polars_allocator, return_freed_memory_promptly  # lazy: ctypes.util, ~19 ms
