@@ -82,6 +82,7 @@ class Capture:
         self.columns: tuple[str, ...] | None = tuple(self._frames["packets"].columns) if packet_columns else None
         self._freed: set[str] = set()  # frames built, then freed by release() / drop()
         self._planned: dict[str, frozenset[str]] = {}  # frame -> what will be read of it (plan_columns)
+        self._when_built: dict[str, list[Callable[[pl.DataFrame], None]]] = {}  # frame -> calls (when_built)
         # the packets read, when ``packets`` holds fewer rows: thinned (thin_packets) or read through a
         # reduction (None: neither)
         self._packet_count: int | None = tables.rows
@@ -176,7 +177,19 @@ class Capture:
                 raise RuntimeError(f"frame {name!r} reads columns narrowed away ({exc}; packets kept "
                                    f"{', '.join(self._narrowed)}): analyzer.packet_readers must build what "
                                    f"reads them first") from exc
+            for call in self._when_built.pop(name, ()):
+                call(self._frames[name])
         return self._frames[name]
+
+    def when_built(self, name: str, call: Callable[[pl.DataFrame], None]) -> None:
+        """``call(frame)`` as soon as frame ``name`` is built, whole, in the thread that built it, before
+        anything narrows or drops it (at once if it is built already): what a reader takes of a frame
+        built among the others (a scan's incident linker, of the DNS transactions)."""
+        with self._lock_of(f"frame:{name}"):
+            if name not in self._frames:
+                self._when_built.setdefault(name, []).append(call)
+                return
+        call(self._frames[name])
 
     def built(self, name: str) -> bool:
         """Whether frame ``name`` is built (or was set) already."""

@@ -77,7 +77,7 @@ def build_frames(capture, names, narrow: dict[str, frozenset[str]] | None = None
     protocols not among ``names`` too, for a caller that frees those afterwards (:func:`narrowing_as_built`)."""
     last = [n for n in names if (p := protocol_of_frame(n)) is not None and n in p.from_frames]
     narrow_built = narrowing_as_built(capture, names, narrow or {}, others)
-    narrow_built()  # what was built before (a scan's incident linker builds the DNS frames first)
+    narrow_built()  # what was built before (a caller's own frames: a test's, the dashboard's)
     run_each([functools.partial(capture.frame, n) for n in names if n not in last], done=lambda _: narrow_built())
     if last:
         capture.forget_memos()

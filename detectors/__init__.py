@@ -379,14 +379,6 @@ def _reads(configured: dict[str, object], elsewhere: list[str]) -> tuple[tuple[s
     return needed, readers, declared_columns_of(readers, needed)
 
 
-def plan_reads(capture, only: list[str] | None = None, overrides: dict[str, object] | None = None) -> None:
-    """Tell ``capture`` what a :func:`run` of these detectors with ``release`` will keep of its frames
-    (``Capture.plan_columns``), before anything builds them: a scan's incident linker builds the DNS
-    frames, and with them the TCP analysis, before the detectors run, and the TCP analysis then
-    builds only the columns of ``tcp_segments`` that are read."""
-    capture.plan_columns(_reads(configure(only, overrides), [])[2])
-
-
 def finished(found: dict[str, pl.DataFrame], capture, configured: dict[str, object]) -> dict[str, pl.DataFrame]:
     """``found`` (detector name -> findings, and "NAME:PART" -> the parts of a detector in two steps,
     each concatenated over the partitions) with each such detector's parts made its findings by its

@@ -28,7 +28,7 @@ from analyzer.threads import at_most
 
 from . import (ParameterError, at_least, available, configure, declared_columns_of, describe, detect_frames,
                detect_merged, detect_partition, expanded, frames_read_here, hand_over, incident_params, incidents,
-               partitioned, plan_reads, population, required_frames, run, server_frames, server_read_columns, sharded,
+               partitioned, population, required_frames, run, server_frames, server_read_columns, sharded,
                shortest_silence_ns, top_level)
 from .base import PACKET_COLUMNS
 from .incidents_evidence import DNS_FRAME, READS as LINKER_READS, RETAINED_PACKET_COLUMNS, dns_payloads
@@ -112,8 +112,6 @@ def _scan_group(group, cfg: ScanConfig, selection, client, local: bool, expand: 
         addresses = packets_reader(cap, ("frame", "src", "dst")) if client else None  # and thin them
         found_elsewhere = decode_on_cluster(client, cap, cfg, local=local, partitions=partitions) if client else None
         linker = linker_params(cfg)
-        if not client:  # before the linker builds the DNS frames, and the TCP analysis with them
-            plan_reads(cap, cfg.detectors, cfg.overrides)
         kept = incidents.retain(cap, required_frames(cfg.detectors), payloads, addresses)  # what release would free
         # in partitions, the caller's detectors on the merged frames too run one at a time (analyzer.threads)
         with at_most(1) if client else contextlib.nullcontext():

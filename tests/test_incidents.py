@@ -18,7 +18,7 @@ from analyzer.cli import ExitCode, main
 from detectors import incidents
 from detectors.base import FINDINGS_SCHEMA
 from detectors.incidents_dns import answer_addresses
-from detectors.incidents_evidence import Retained, addresses_of, retain
+from detectors.incidents_evidence import DNS_FRAME, Retained, addresses_of, retain
 from detectors.params import ParameterError
 from detectors.scan_config import load_config
 from fakes import MS, S, T0, FakeCapture
@@ -270,3 +270,20 @@ def test_an_incident_needs_one_finding_at_min_worst_severity():
     c = finding(120, 200, server="10.0.0.53", severity="medium")
     (inc,) = link(a, b, c)
     assert len(inc["findings"]) == 3  # one medium finding makes the low ones it links part of the incident
+
+
+@pytest.mark.parametrize("sample", [STORM, SAMPLES / "cascade-dns-krb5.pcap", SAMPLES / "dns-ttl-herd.pcap"])
+def test_a_released_scan_takes_the_dns_responses_as_its_run_builds_the_dns_frames(sample):
+    """The linker does not build the DNS transactions before a scan's run (alone, with every packet
+    column held): it takes its responses as the run builds them among the other frames
+    (``Capture.when_built``), and their places from the packets before the run narrows them. The same
+    rows as when the DNS transactions were built first."""
+    with open_capture(sample) as cap:
+        kept = retain(cap, detectors.required_frames())
+        assert not cap.built(DNS_FRAME) and kept.dns_responses is None
+        detectors.run(cap, release=True)
+    with open_capture(sample) as cap:
+        cap.frame(DNS_FRAME)
+        first = retain(cap, detectors.required_frames())
+    assert first.dns_responses is not None and first.dns_responses.height
+    assert kept.dns_responses.equals(first.dns_responses)

@@ -107,3 +107,18 @@ def test_the_frames_not_asked_for_are_narrowed_once_their_protocol_is_built(othe
     assert {name for name, _ in narrowed} == {"kerberos_messages", "ldap_messages", "ldap_sync"}
     assert held == {name: [c for c in wide[name] if c in carrier_columns(name)] for name in wide}
 
+
+
+def test_when_built_sees_the_frame_whole_once_as_it_is_built():
+    """``Capture.when_built``: the call is made once, in the building, with every column, before the
+    build's narrowing; asked for a frame built already, at once."""
+    seen = []
+    with open_capture(SAMPLES / "ldap-saturation.pcap") as cap:
+        cap.when_built("ldap_messages", lambda frame: seen.append(frame.columns))
+        assert seen == []
+        build_frames(cap, LDAP_FRAMES, {"ldap_messages": frozenset({"op", "ts_last_ns"})})
+        narrowed = set(cap.frame("ldap_messages").columns)
+        assert len(seen) == 1 and narrowed == {"op", "ts_last_ns"} | carrier_columns("ldap_messages")
+        assert narrowed < set(seen[0])  # seen whole, before the narrowing
+        cap.when_built("ldap_messages", lambda frame: seen.append(frame.columns))
+        assert seen[1] == cap.frame("ldap_messages").columns  # built already: at once, as it is now
