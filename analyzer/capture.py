@@ -182,9 +182,10 @@ class Capture:
         return self._frames[name]
 
     def when_built(self, name: str, call: Callable[[pl.DataFrame], None]) -> None:
-        """``call(frame)`` as soon as frame ``name`` is built, whole, in the thread that built it, before
-        anything narrows or drops it (at once if it is built already): what a reader takes of a frame
-        built among the others (a scan's incident linker, of the DNS transactions)."""
+        """``call(frame)`` with frame ``name`` as its builder made it, whole, in the thread that built it
+        (a frame is never changed in place: what narrows or drops it later leaves this one whole); at
+        once, with the frame as it is now, if it is built already. What a reader takes of a frame built
+        among the others (a scan's incident linker, of the DNS transactions)."""
         with self._lock_of(f"frame:{name}"):
             if name not in self._frames:
                 self._when_built.setdefault(name, []).append(call)
